@@ -1,0 +1,169 @@
+"""Centralised image data sets, read by Keras' and tensorflow-datasets' loaders.
+
+Nothing is downloaded at run time unless asked for: Fashion-MNIST comes from the
+Debian package `dataset-fashion-mnist`, CIFAR from a prepared
+tensorflow-datasets directory. A missing data set raises `DataNotFoundError`
+whose message says how to provide it.
+"""
+
+import dataclasses
+import os
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
+FASHION_MNIST_FILES = (
+    'train-images-idx3-ubyte.gz',
+    'train-labels-idx1-ubyte.gz',
+    't10k-images-idx3-ubyte.gz',
+    't10k-labels-idx1-ubyte.gz',
+)
+TFDS_IMAGE_DATASETS = ('cifar10', 'cifar100')
+DATASETS = ('fmnist',) + TFDS_IMAGE_DATASETS
+
+
+class DataNotFoundError(FileNotFoundError):
+  """A data set is not on this machine; the message says how to provide it."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ImageData:
+  """Train and test splits: uint8 images [N, H, W, C], int64 labels [N]."""
+
+  train_images: np.ndarray
+  train_labels: np.ndarray
+  test_images: np.ndarray
+  test_labels: np.ndarray
+  num_classes: int
+
+  @property
+  def image_shape(self) -> tuple[int, ...]:
+    return tuple(self.train_images.shape[1:])
+
+
+def _keras_cache_dir() -> str:
+  """The directory Keras 2.14's `get_file` uses for `datasets/fashion-mnist`."""
+  base = os.path.join(os.path.expanduser('~'), '.keras')
+  try:
+    os.makedirs(base, exist_ok=True)
+  except OSError:
+    pass
+  if not os.access(base, os.W_OK):
+    base = os.path.join('/tmp', '.keras')  # Keras' own fallback.
+  return os.path.join(base, 'datasets', 'fashion-mnist')
+
+
+def load_fashion_mnist(data_dir: str = FASHION_MNIST_DIR) -> ImageData:
+  """Loads Fashion-MNIST with `tf.keras.datasets.fashion_mnist.load_data`.
+
+  Keras looks for the four original IDX files in its cache
+  (`~/.keras/datasets/fashion-mnist`) before downloading; they are linked
+  there from `data_dir`, so Keras parses them and nothing is downloaded.
+
+  Args:
+    data_dir: Directory holding the four `*-ubyte.gz` files.
+
+  Returns:
+    An `ImageData` with 28x28x1 images.
+
+  Raises:
+    DataNotFoundError: If a file is missing from `data_dir`.
+  """
+  missing = [
+      f for f in FASHION_MNIST_FILES
+      if not os.path.isfile(os.path.join(data_dir, f))
+  ]
+  if missing:
+    raise DataNotFoundError(
+        f'Fashion-MNIST files {missing} are not in {data_dir!r}. Install them '
+        'with `sudo apt-get install dataset-fashion-mnist` (they go to '
+        f'{FASHION_MNIST_DIR}), or pass --data_dir=<directory with the four '
+        'original *-ubyte.gz files>.'
+    )
+  cache = _keras_cache_dir()
+  os.makedirs(cache, exist_ok=True)
+  for name in FASHION_MNIST_FILES:
+    source = os.path.realpath(os.path.join(data_dir, name))
+    link = os.path.join(cache, name)
+    if os.path.islink(link) and os.path.realpath(link) != source:
+      os.remove(link)  # A link to another copy: point it at `data_dir`.
+    if not os.path.lexists(link):
+      os.symlink(source, link)
+  (x_train, y_train), (x_test, y_test) = (
+      tf.keras.datasets.fashion_mnist.load_data()
+  )
+  return ImageData(
+      train_images=x_train[..., np.newaxis],
+      train_labels=y_train.astype(np.int64),
+      test_images=x_test[..., np.newaxis],
+      test_labels=y_test.astype(np.int64),
+      num_classes=10,
+  )
+
+
+def _tfds_split_as_arrays(dataset: tf.data.Dataset) -> tuple[np.ndarray, ...]:
+  images, labels = [], []
+  for x, y in tfds.as_numpy(dataset.batch(10_000)):
+    images.append(x)
+    labels.append(y)
+  return np.concatenate(images), np.concatenate(labels).astype(np.int64)
+
+
+def load_tfds_images(
+    name: str, data_dir: str, download: bool = False
+) -> ImageData:
+  """Loads a tensorflow-datasets image data set (`cifar10`, `cifar100`).
+
+  Args:
+    name: The tfds name.
+    data_dir: The tfds data directory (holding `<name>/<version>/`).
+    download: Let tfds download and prepare the data set if it is missing.
+
+  Returns:
+    An `ImageData`.
+
+  Raises:
+    DataNotFoundError: If the data set is not prepared in `data_dir` and
+      `download` is False or the download fails.
+  """
+  if name not in TFDS_IMAGE_DATASETS:
+    raise ValueError(f'Unknown data set {name!r}; use one of '
+                     f'{TFDS_IMAGE_DATASETS}.')
+  try:
+    train, test = tfds.load(
+        name,
+        split=['train', 'test'],
+        data_dir=data_dir,
+        download=download,
+        as_supervised=True,
+    )
+  except (AssertionError, OSError) as e:  # tfds raises AssertionError.
+    version = tfds.builder(name, data_dir=data_dir).info.version
+    raise DataNotFoundError(
+        f'{name} is not prepared in --data_dir={data_dir!r}. On a machine '
+        'with internet access run `python -c "import tensorflow_datasets as '
+        f"tfds; tfds.builder('{name}', data_dir='DIR').download_and_prepare()"
+        f'"` and copy DIR/{name}/{version} to {data_dir}/{name}/{version}, '
+        'or pass --download to let this binary fetch it. '
+        f'({type(e).__name__}: {e})'
+    ) from e
+  train_images, train_labels = _tfds_split_as_arrays(train)
+  test_images, test_labels = _tfds_split_as_arrays(test)
+  return ImageData(
+      train_images=train_images,
+      train_labels=train_labels,
+      test_images=test_images,
+      test_labels=test_labels,
+      num_classes=tfds.builder(name, data_dir=data_dir)
+      .info.features['label']
+      .num_classes,
+  )
+
+
+def load(name: str, data_dir: str, download: bool = False) -> ImageData:
+  """Loads `name` in `DATASETS` (`download` only applies to tfds data sets)."""
+  if name == 'fmnist':
+    return load_fashion_mnist(data_dir)
+  return load_tfds_images(name, data_dir, download=download)

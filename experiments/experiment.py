@@ -1,0 +1,361 @@
+"""Flags and `main` shared by the experiment binaries on partitioned data sets.
+
+A binary sets its defaults (`set_defaults`) and names its data set to
+`image_classification_main`; everything else (partition, model, aggregator,
+optimisers, the training loop, outputs) is common.
+"""
+
+import os
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # Before TensorFlow loads.
+
+# pylint: disable=g-import-not-at-top,g-bad-import-order
+from collections.abc import Callable
+import collections
+import json
+
+import logging as logging_lib
+
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from experiments import data as data_lib
+from experiments import models
+from experiments import partition
+from experiments import registry
+from experiments import runtime
+from experiments import tasks
+from experiments import training
+# pylint: enable=g-import-not-at-top,g-bad-import-order
+
+_SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi')
+_CLIENT_OPTIMIZERS = ('sgd', 'adam')
+
+AGGREGATOR = flags.DEFINE_string(
+    'aggregator', 'fedavg', 'Aggregation method (see --helpfull for the list).'
+)
+ROUNDS = flags.DEFINE_integer('rounds', 100, 'Number of training rounds.')
+NUM_CLIENTS = flags.DEFINE_integer(
+    'num_clients', 20, 'Clients the training split is partitioned into.'
+)
+CLIENTS_PER_ROUND = flags.DEFINE_integer(
+    'clients_per_round', 10, 'Clients sampled (without replacement) per round.'
+)
+LOCAL_EPOCHS = flags.DEFINE_integer(
+    'local_epochs', 1, 'Passes over the client data per round.'
+)
+BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Client batch size.')
+CLIENT_OPTIMIZER = flags.DEFINE_enum(
+    'client_optimizer', 'sgd', _CLIENT_OPTIMIZERS, 'Client optimiser.'
+)
+CLIENT_LR = flags.DEFINE_float('client_lr', 0.05, 'Client learning rate.')
+CLIENT_LR_DECAY = flags.DEFINE_float(
+    'client_lr_decay',
+    1.0,
+    'Per-round decay: round r (1-based) uses client_lr * decay**(r-1).',
+)
+CLIENT_MOMENTUM = flags.DEFINE_float(
+    'client_momentum', 0.0, 'Client SGD momentum (reset every round).'
+)
+WEIGHT_DECAY = flags.DEFINE_float(
+    'weight_decay',
+    0.0,
+    'PyTorch-style coupled weight decay on every weight (as L2 loss wd/2).',
+)
+PROXIMAL_STRENGTH = flags.DEFINE_float(
+    'proximal_strength', 0.0, 'FedProx mu on the clients (0: plain SGD).'
+)
+SERVER_OPTIMIZER = flags.DEFINE_enum(
+    'server_optimizer',
+    'sgd',
+    _SERVER_OPTIMIZERS,
+    'Server optimiser: sgd (FedAvg), sgdm (FedAvgM), adam, yogi.',
+)
+SERVER_LR = flags.DEFINE_float('server_lr', 1.0, 'Server learning rate.')
+SERVER_MOMENTUM = flags.DEFINE_float(
+    'server_momentum', 0.9, 'Momentum of --server_optimizer=sgdm.'
+)
+SERVER_BETA1 = flags.DEFINE_float('server_beta1', 0.9, 'Adam/Yogi beta1.')
+SERVER_BETA2 = flags.DEFINE_float('server_beta2', 0.999, 'Adam/Yogi beta2.')
+SERVER_EPSILON = flags.DEFINE_float(
+    'server_epsilon', 1e-7, 'Adam/Yogi epsilon (TFF default).'
+)
+PARTITION = flags.DEFINE_enum(
+    'partition', 'dirichlet', partition.METHODS, 'How clients split the data.'
+)
+ALPHA = flags.DEFINE_float(
+    'alpha', 0.5, 'Dirichlet concentration (smaller: more skewed labels).'
+)
+SHARDS_PER_CLIENT = flags.DEFINE_integer(
+    'shards_per_client', 2, 'Label shards per client for --partition=shards.'
+)
+MODEL = flags.DEFINE_enum('model', 'lenet', sorted(models.MODELS), 'Model.')
+NORMALIZATION = flags.DEFINE_enum(
+    'normalization',
+    'unit',
+    sorted(tasks.NORMALIZATIONS),
+    'Pixel scaling: unit = [0, 1], symmetric = [-1, 1].',
+)
+SEED = flags.DEFINE_integer(
+    'seed', 0, 'Seeds the partition, initial model, cohorts and shuffling.'
+)
+EVAL_EVERY = flags.DEFINE_integer(
+    'eval_every', 1, 'Evaluate every N rounds (and in each of the last 10).'
+)
+OUTPUT_DIR = flags.DEFINE_string(
+    'output_dir',
+    None,
+    'Run directory (metrics, summary, plot, checkpoints); a run restarted '
+    'with the same directory resumes. Relative paths are taken from the '
+    'directory bazel was run in. Default: runs/<task>/<aggregator>_seed<seed>.',
+)
+DATA_DIR = flags.DEFINE_string('data_dir', None, 'Where the data set is.')
+DOWNLOAD = flags.DEFINE_bool(
+    'download', False, 'Let tensorflow-datasets download a missing data set.'
+)
+MAX_CONCURRENT_COMPUTATION_CALLS = flags.DEFINE_integer(
+    'max_concurrent_computation_calls',
+    -1,
+    'Parallel client computations in the TFF worker (-1: no limit).',
+)
+
+# Flags that do not change results; a run may resume with other values.
+_NON_RUN_FLAGS = frozenset(
+    ['rounds', 'eval_every', 'output_dir', 'data_dir', 'download',
+     'max_concurrent_computation_calls']
+)
+CONFIG_JSON = 'config.json'
+PARTITION_JSON = 'partition.json'
+
+
+class _ProjectInfoOnly(logging_lib.Filter):
+  """Passes warnings and errors, and INFO records of this project only."""
+
+  _ROOTS = tuple(
+      os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep + d
+      for d in ('experiments', 'tff_aggregators')
+  )
+
+  def filter(self, record: logging_lib.LogRecord) -> bool:
+    return record.levelno >= logging_lib.WARNING or os.path.abspath(
+        record.pathname
+    ).startswith(self._ROOTS)
+
+
+def quiet_other_info_logs() -> None:
+  """Keeps the console to one progress line per round (see `--verbosity`).
+
+  TensorFlow, TFF and tfds log every checkpoint write and dataset load at
+  INFO; at the default verbosity only this project's INFO lines are shown.
+  """
+  if logging.get_verbosity() <= logging.INFO:
+    logging.get_absl_handler().addFilter(_ProjectInfoOnly())
+    tf.get_logger().setLevel(logging_lib.WARNING)
+
+
+def set_defaults(**defaults) -> None:
+  """Sets a binary's flag defaults (before `app.run`)."""
+  for name, value in defaults.items():
+    flags.FLAGS.set_default(name, value)
+
+
+def _run_flags() -> dict[str, object]:
+  """The flags of the `experiments` package that change results, by name."""
+  values = {}
+  for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
+    if module.startswith('experiments.'):
+      for flag in module_flags:
+        if flag.name not in _NON_RUN_FLAGS:
+          values[flag.name] = flag.value
+  return collections.OrderedDict(sorted(values.items()))
+
+
+def _check_resumable(output_dir: str, run_flags: dict[str, object]) -> None:
+  """Refuses to resume a run directory that was made with other settings."""
+  path = os.path.join(output_dir, CONFIG_JSON)
+  if os.path.exists(path):
+    with open(path) as f:
+      previous = json.load(f)
+    changed = {
+        k: (previous.get(k), v) for k, v in run_flags.items()
+        if previous.get(k) != v
+    }
+    if changed:
+      raise SystemExit(
+          f'error: {output_dir} holds a run with other settings '
+          f'(flag: (saved, now)) {changed}. Use another --output_dir, or '
+          'delete that directory to start over.'
+      )
+  training.write_json(path, run_flags)
+
+
+def resolve_path(path: str) -> str:
+  """Makes `path` absolute; under `bazel run`, relative to the user's cwd."""
+  base = os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd())
+  return os.path.join(base, os.path.expanduser(path))
+
+
+def _server_optimizer() -> tff.learning.optimizers.Optimizer:
+  name, lr = SERVER_OPTIMIZER.value, SERVER_LR.value
+  if name == 'sgd':
+    return tff.learning.optimizers.build_sgdm(learning_rate=lr)
+  if name == 'sgdm':
+    return tff.learning.optimizers.build_sgdm(
+        learning_rate=lr, momentum=SERVER_MOMENTUM.value
+    )
+  build = (
+      tff.learning.optimizers.build_adam
+      if name == 'adam'
+      else tff.learning.optimizers.build_yogi
+  )
+  return build(
+      learning_rate=lr,
+      beta_1=SERVER_BETA1.value,
+      beta_2=SERVER_BETA2.value,
+      epsilon=SERVER_EPSILON.value,
+  )
+
+
+def _client_optimizer() -> tff.learning.optimizers.Optimizer:
+  if CLIENT_OPTIMIZER.value == 'adam':
+    return tff.learning.optimizers.build_adam(learning_rate=CLIENT_LR.value)
+  return tff.learning.optimizers.build_sgdm(
+      learning_rate=CLIENT_LR.value,
+      momentum=CLIENT_MOMENTUM.value or None,
+  )
+
+
+def load_partitioned_task(
+    dataset: str,
+) -> tuple[tff.simulation.baselines.BaselineTask, np.ndarray]:
+  """Loads the data set, partitions it over clients and builds the task.
+
+  Args:
+    dataset: A name in `data.DATASETS`.
+
+  Returns:
+    The task and the per-client label counts [num_clients, num_classes].
+  """
+  try:
+    image_data = data_lib.load(
+        dataset, resolve_path(DATA_DIR.value), DOWNLOAD.value
+    )
+    client_indices = partition.partition(
+        PARTITION.value,
+        image_data.train_labels,
+        NUM_CLIENTS.value,
+        alpha=ALPHA.value,
+        shards_per_client=SHARDS_PER_CLIENT.value,
+        seed=SEED.value,
+    )
+  except (data_lib.DataNotFoundError, ValueError) as e:
+    raise SystemExit(f'error: {e}') from e
+  label_counts = partition.label_counts(
+      image_data.train_labels, client_indices, image_data.num_classes
+  )
+  empty = int(np.sum(label_counts.sum(axis=1) == 0))
+  if empty:
+    logging.warning(
+        '%d of %d clients have no data (they report weight 0 when sampled); '
+        'a larger --alpha avoids this.', empty, NUM_CLIENTS.value
+    )
+  task = tasks.create_image_task(
+      image_data,
+      client_indices,
+      model=MODEL.value,
+      batch_size=BATCH_SIZE.value,
+      local_epochs=LOCAL_EPOCHS.value,
+      normalization=NORMALIZATION.value,
+      weight_decay=WEIGHT_DECAY.value,
+  )
+  return task, label_counts
+
+
+def default_output_dir(task_name: str, aggregator: str) -> str:
+  return resolve_path(
+      OUTPUT_DIR.value or f'runs/{task_name}/{aggregator}_seed{SEED.value}'
+  )
+
+
+def run(
+    task: tff.simulation.baselines.BaselineTask,
+    label_counts: np.ndarray,
+    *,
+    aggregator: str,
+    output_dir: str,
+) -> collections.OrderedDict[str, object]:
+  """Trains `aggregator` on `task` with the flags' settings into `output_dir`.
+
+  Resumes when `output_dir` holds a run with the same settings.
+
+  Returns:
+    The run's summary (see `training.train`).
+  """
+  if aggregator not in registry.names():
+    raise SystemExit(
+        f'error: unknown aggregator {aggregator!r}; choose one of '
+        f'{", ".join(registry.names())}.'
+    )
+  run_flags = _run_flags()
+  run_flags['aggregator'] = aggregator
+  os.makedirs(output_dir, exist_ok=True)
+  _check_resumable(output_dir, run_flags)
+  training.write_json(
+      os.path.join(output_dir, PARTITION_JSON),
+      collections.OrderedDict(
+          client_sizes=label_counts.sum(axis=1), label_counts=label_counts
+      ),
+  )
+  runtime.use_local_worker(MAX_CONCURRENT_COMPUTATION_CALLS.value)
+  process = registry.build_process(
+      aggregator,
+      registry.ProcessInputs(
+          model_fn=task.model_fn,
+          client_optimizer_fn=_client_optimizer(),
+          server_optimizer_fn=_server_optimizer(),
+          server_optimizer=SERVER_OPTIMIZER.value,
+          proximal_strength=PROXIMAL_STRENGTH.value,
+      ),
+  )
+  logging.info('%s: writing to %s', aggregator, output_dir)
+  return training.train(
+      process,
+      task,
+      training.TrainingConfig(
+          rounds=ROUNDS.value,
+          clients_per_round=CLIENTS_PER_ROUND.value,
+          seed=SEED.value,
+          output_dir=output_dir,
+          eval_every=EVAL_EVERY.value,
+          client_lr=CLIENT_LR.value,
+          client_lr_decay=CLIENT_LR_DECAY.value,
+      ),
+      label=aggregator,
+  )
+
+
+def image_classification_main(dataset: str) -> Callable[[list[str]], None]:
+  """Returns the `main` of a binary training on a partitioned image data set.
+
+  Args:
+    dataset: A name in `data.DATASETS`; also names the default output
+      directory.
+  """
+
+  def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+      raise SystemExit(f'error: unexpected arguments {argv[1:]}')
+    quiet_other_info_logs()
+    task, label_counts = load_partitioned_task(dataset)
+    summary = run(
+        task,
+        label_counts,
+        aggregator=AGGREGATOR.value,
+        output_dir=default_output_dir(dataset, AGGREGATOR.value),
+    )
+    logging.info('summary: %s', dict(summary))
+
+  return main

@@ -1,0 +1,41 @@
+"""Accuracy curves with matplotlib (headless)."""
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Optional
+
+import matplotlib
+
+matplotlib.use('Agg')
+import matplotlib.pyplot as plt  # pylint: disable=g-import-not-at-top
+from matplotlib import ticker  # pylint: disable=g-import-not-at-top
+
+
+def plot_accuracy(
+    curves: Mapping[str, tuple[Sequence[int], Sequence[float]]],
+    path: str,
+    *,
+    title: Optional[str] = None,
+) -> None:
+  """Plots test accuracy against round, one line per label, as a PNG.
+
+  The file is written to a temporary name and renamed, so `path` is never
+  left half-written.
+  """
+  figure, axes = plt.subplots(figsize=(6.4, 4.2))
+  for label, (rounds, accuracies) in curves.items():
+    axes.plot(rounds, accuracies, marker='.' if len(rounds) < 50 else None,
+              label=label or None)
+  axes.set_xlabel('round')
+  axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
+  axes.set_ylabel('test accuracy')
+  axes.grid(alpha=0.3)
+  if title:
+    axes.set_title(title)
+  if any(curves):
+    axes.legend()
+  figure.tight_layout()
+  temporary = f'{path}.tmp{os.getpid()}'
+  figure.savefig(temporary, format='png', dpi=120)
+  plt.close(figure)
+  os.replace(temporary, path)

@@ -1,0 +1,77 @@
+"""`--aggregator` names mapped to builders of `tff.learning` processes.
+
+A method registers one builder here; its method-specific flags live next to
+its builder. Every experiment binary accepts every registered name.
+"""
+
+from collections.abc import Callable
+import dataclasses
+
+import tensorflow_federated as tff
+
+
+@dataclasses.dataclass(frozen=True)
+class ProcessInputs:
+  """What every builder receives from the experiment flags.
+
+  Attributes:
+    model_fn: No-arg callable returning a `tff.learning.models.VariableModel`.
+    client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
+    server_optimizer_fn: A `tff.learning.optimizers.Optimizer` for the server.
+    server_optimizer: The server optimizer's name (`sgd`, `sgdm`, `adam`,
+      `yogi`), for methods whose rule depends on it.
+    proximal_strength: FedProx's mu on the clients; 0 is plain local SGD.
+  """
+
+  model_fn: Callable[[], tff.learning.models.VariableModel]
+  client_optimizer_fn: tff.learning.optimizers.Optimizer
+  server_optimizer_fn: tff.learning.optimizers.Optimizer
+  server_optimizer: str
+  proximal_strength: float = 0.0
+
+
+Builder = Callable[[ProcessInputs], tff.learning.templates.LearningProcess]
+_BUILDERS: dict[str, Builder] = {}
+
+
+def register(name: str) -> Callable[[Builder], Builder]:
+  """Decorator registering `builder` under `--aggregator=name`."""
+
+  def decorator(builder: Builder) -> Builder:
+    if name in _BUILDERS:
+      raise ValueError(f'Aggregator {name!r} is registered twice.')
+    _BUILDERS[name] = builder
+    return builder
+
+  return decorator
+
+
+def names() -> list[str]:
+  return sorted(_BUILDERS)
+
+
+def build_process(
+    name: str, inputs: ProcessInputs
+) -> tff.learning.templates.LearningProcess:
+  if name not in _BUILDERS:
+    raise ValueError(
+        f'Unknown aggregator {name!r}; registered: {", ".join(names())}.'
+    )
+  return _BUILDERS[name](inputs)
+
+
+@register('fedavg')
+def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
+  """FedAvg (FedAvgM, FedAdam, FedYogi by `--server_optimizer`), or FedProx."""
+  if inputs.proximal_strength > 0:
+    return tff.learning.algorithms.build_weighted_fed_prox(
+        model_fn=inputs.model_fn,
+        proximal_strength=inputs.proximal_strength,
+        client_optimizer_fn=inputs.client_optimizer_fn,
+        server_optimizer_fn=inputs.server_optimizer_fn,
+    )
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn=inputs.model_fn,
+      client_optimizer_fn=inputs.client_optimizer_fn,
+      server_optimizer_fn=inputs.server_optimizer_fn,
+  )

@@ -1,0 +1,122 @@
+"""Helpers shared by the tests: small real-format data, binaries, processes."""
+
+import gzip
+import os
+import struct
+import subprocess
+import sys
+from typing import Optional
+import uuid
+
+import numpy as np
+
+from experiments import data
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(data.__file__)))
+_MARKER_VARIABLE = 'TFF_AGGREGATORS_TEST_MARKER'
+
+
+def _write_idx(path: str, array: np.ndarray) -> None:
+  """Writes `array` (uint8) in the IDX format of the MNIST files, gzipped."""
+  magic = 0x0800 | array.ndim  # 0x08: unsigned byte.
+  header = struct.pack('>I', magic) + b''.join(
+      struct.pack('>I', d) for d in array.shape
+  )
+  with gzip.open(path, 'wb') as f:
+    f.write(header + np.ascontiguousarray(array, np.uint8).tobytes())
+
+
+def write_fashion_mnist_subset(
+    directory: str, num_train: int, num_test: int
+) -> data.ImageData:
+  """Writes the first examples of the real Fashion-MNIST as its four files.
+
+  Returns:
+    The subset, as the loader should read it back.
+  """
+  full = data.load_fashion_mnist()
+  os.makedirs(directory, exist_ok=True)
+  subset = data.ImageData(
+      train_images=full.train_images[:num_train],
+      train_labels=full.train_labels[:num_train],
+      test_images=full.test_images[:num_test],
+      test_labels=full.test_labels[:num_test],
+      num_classes=10,
+  )
+  arrays = (
+      subset.train_images[..., 0], subset.train_labels,
+      subset.test_images[..., 0], subset.test_labels,
+  )
+  for name, array in zip(data.FASHION_MNIST_FILES, arrays):
+    _write_idx(os.path.join(directory, name), array.astype(np.uint8))
+  return subset
+
+
+def new_marker() -> str:
+  return uuid.uuid4().hex
+
+
+def marked_environment(marker: str) -> dict[str, str]:
+  """This process's environment plus a marker inherited by all descendants."""
+  env = dict(os.environ)
+  env[_MARKER_VARIABLE] = marker
+  env['PYTHONPATH'] = os.pathsep.join(
+      [REPO_ROOT] + [p for p in [env.get('PYTHONPATH')] if p]
+  )
+  env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  return env
+
+
+def pids_with_marker(marker: str) -> list[int]:
+  """Live processes (not zombies) whose environment holds `marker`."""
+  needle = f'{_MARKER_VARIABLE}={marker}'.encode()
+  pids = []
+  for entry in os.listdir('/proc'):
+    if not entry.isdigit():
+      continue
+    try:
+      with open(f'/proc/{entry}/environ', 'rb') as f:
+        if needle in f.read().split(b'\0'):
+          pids.append(int(entry))
+    except OSError:
+      continue
+  return pids
+
+
+def run_module(
+    module: str,
+    args: list[str],
+    *,
+    marker: str,
+    timeout: float = 600,
+    check: bool = True,
+) -> subprocess.CompletedProcess:
+  """Runs `python -m module args` with the marker in its environment."""
+  result = subprocess.run(
+      [sys.executable, '-m', module] + args,
+      env=marked_environment(marker),
+      cwd=REPO_ROOT,
+      capture_output=True,
+      text=True,
+      timeout=timeout,
+  )
+  if check and result.returncode != 0:
+    raise AssertionError(
+        f'{module} {args} exited with {result.returncode}:\n'
+        f'{result.stderr[-4000:]}'
+    )
+  return result
+
+
+def start_module(
+    module: str, args: list[str], *, marker: str, log_path: Optional[str]
+) -> subprocess.Popen:
+  """Starts `python -m module args` in the background."""
+  log = open(log_path, 'w') if log_path else subprocess.DEVNULL
+  return subprocess.Popen(
+      [sys.executable, '-m', module] + args,
+      env=marked_environment(marker),
+      cwd=REPO_ROOT,
+      stdout=log,
+      stderr=subprocess.STDOUT,
+  )

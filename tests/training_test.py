@@ -1,0 +1,287 @@
+"""The training loop: seeded cohorts, FedAvg end to end, divergence, resume."""
+
+import collections
+import csv
+import json
+import os
+import signal
+import time
+
+from absl.testing import absltest
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from experiments import data
+from experiments import partition
+from experiments import runtime
+from experiments import tasks
+from experiments import training
+from tests import test_utils
+
+
+class _CountingClientData(tasks.PartitionedClientData):
+  """Counts the client datasets built."""
+
+  built = 0
+
+  def create_tf_dataset_for_client(self, client_id):
+    type(self).built += 1
+    return super().create_tf_dataset_for_client(client_id)
+
+
+def _task_datasets(num_clients=8, size=6, local_epochs=1, batch_size=100):
+  examples = collections.OrderedDict(
+      image=np.zeros((num_clients * size, 28, 28, 1), np.uint8),
+      label=np.arange(num_clients * size, dtype=np.int64),
+  )
+  indices = np.split(np.arange(num_clients * size), num_clients)
+  return tff.simulation.baselines.BaselineTaskDatasets(
+      train_data=_CountingClientData(examples, indices),
+      test_data=tf.data.Dataset.range(1),
+      train_preprocess_fn=lambda d: d.repeat(local_epochs).batch(batch_size),
+  )
+
+
+def _labels(dataset) -> list[int]:
+  return [int(y) for b in dataset.as_numpy_iterator() for y in b['label']]
+
+
+class ClientSamplerTest(absltest.TestCase):
+
+  def test_cohorts_are_a_function_of_seed_and_round(self):
+    datasets = _task_datasets()
+    a = training.ClientSampler(datasets, 3, seed=7)
+    b = training.ClientSampler(datasets, 3, seed=7)
+    other = training.ClientSampler(datasets, 3, seed=8)
+    cohorts = [a.client_ids(r) for r in range(1, 11)]
+    self.assertEqual(cohorts, [b.client_ids(r) for r in range(1, 11)])
+    self.assertNotEqual(cohorts, [other.client_ids(r) for r in range(1, 11)])
+    self.assertGreater(len({tuple(c) for c in cohorts}), 1)
+    for cohort in cohorts:
+      self.assertLen(set(cohort), 3)  # Without replacement.
+
+  def test_builds_only_the_sampled_clients(self):
+    sampler = training.ClientSampler(_task_datasets(), 3, seed=0)
+    _CountingClientData.built = 0
+    self.assertLen(sampler.cohort(1), 3)
+    self.assertEqual(_CountingClientData.built, 3)
+
+  def test_shuffling_is_seeded_per_round_and_client(self):
+    sampler = training.ClientSampler(
+        _task_datasets(size=20, local_epochs=2), 2, seed=0
+    )
+    first = _labels(sampler.client_dataset(1, '3'))
+    self.assertEqual(first, _labels(sampler.client_dataset(1, '3')))
+    self.assertNotEqual(first, _labels(sampler.client_dataset(2, '3')))
+    epoch1, epoch2 = first[:20], first[20:]
+    self.assertEqual(sorted(epoch1), list(range(60, 80)))
+    self.assertEqual(sorted(epoch2), sorted(epoch1))
+    self.assertNotEqual(epoch1, epoch2)  # Reshuffled every epoch.
+
+  def test_cohort_larger_than_population(self):
+    with self.assertRaisesRegex(ValueError, 'exceeds the 8 clients'):
+      training.ClientSampler(_task_datasets(), 9, seed=0)
+
+
+class TrainingConfigTest(absltest.TestCase):
+
+  def test_invalid_settings(self):
+    for kwargs, message in [
+        (dict(rounds=0), 'rounds'),
+        (dict(clients_per_round=0), 'clients_per_round'),
+        (dict(eval_every=0), 'eval_every'),
+        (dict(client_lr_decay=1.5), 'client_lr_decay'),
+    ]:
+      arguments = dict(rounds=2, clients_per_round=2, seed=0, output_dir='/t')
+      arguments.update(kwargs)
+      with self.subTest(message), self.assertRaisesRegex(ValueError, message):
+        training.TrainingConfig(**arguments)
+
+
+def _small_task(directory: str) -> tff.simulation.baselines.BaselineTask:
+  subset = test_utils.write_fashion_mnist_subset(directory, 600, 200)
+  image_data = data.load_fashion_mnist(directory)
+  np.testing.assert_array_equal(image_data.train_labels, subset.train_labels)
+  indices = partition.partition(
+      'dirichlet', image_data.train_labels, 4, alpha=1.0, seed=0
+  )
+  return tasks.create_image_task(
+      image_data, indices, model='mlp', batch_size=20, local_epochs=2,
+      normalization='unit',
+  )
+
+
+def _fedavg(task, server_lr=1.0):
+  return tff.learning.algorithms.build_weighted_fed_avg(
+      task.model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(server_lr),
+  )
+
+
+class FedAvgTrainingTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    runtime.use_local_worker()
+
+  def test_initial_weights_follow_the_seed(self):
+    task = _small_task(self.create_tempdir().full_path)
+    a = training.initial_model_weights(task.model_fn, 3)
+    b = training.initial_model_weights(task.model_fn, 3)
+    c = training.initial_model_weights(task.model_fn, 4)
+    tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+    self.assertFalse(np.array_equal(a.trainable[0], c.trainable[0]))
+
+  def test_two_rounds_on_real_fashion_mnist(self):
+    task = _small_task(self.create_tempdir().full_path)
+    output_dir = self.create_tempdir().full_path
+    summary = training.train(
+        _fedavg(task),
+        task,
+        training.TrainingConfig(
+            rounds=2, clients_per_round=4, seed=0, output_dir=output_dir,
+            client_lr=0.1, client_lr_decay=0.5,
+        ),
+        label='fedavg',
+    )
+    rows = training.read_metrics(output_dir)
+    self.assertEqual([r['key'] for r in rows], ['1', '2'])
+    losses = [float(r['train/client_work/train/loss']) for r in rows]
+    self.assertLess(losses[1], losses[0])
+    self.assertEqual([float(r['client_lr']) for r in rows], [0.1, 0.05])
+    accuracies = [float(r['test/sparse_categorical_accuracy']) for r in rows]
+    self.assertGreater(accuracies[-1], 0.3)  # Chance is 0.1.
+    self.assertEqual(summary['rounds'], 2)
+    self.assertAlmostEqual(summary['final_accuracy'], accuracies[-1])
+    self.assertAlmostEqual(
+        summary['last_rounds_mean_accuracy'], np.mean(accuracies)
+    )
+    with open(os.path.join(output_dir, training.SUMMARY_JSON)) as f:
+      self.assertEqual(json.load(f)['rounds'], 2)
+    with open(os.path.join(output_dir, training.ACCURACY_PNG), 'rb') as f:
+      self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
+    self.assertNotEmpty(os.listdir(os.path.join(output_dir, 'tensorboard')))
+
+  def test_divergence_stops_with_a_clear_error(self):
+    task = _small_task(self.create_tempdir().full_path)
+    output_dir = self.create_tempdir().full_path
+    with self.assertRaisesRegex(
+        training.TrainingDivergedError, r'Round 1 .*non-finite.*--server_lr'
+    ):
+      training.train(
+          # TFF rejects non-finite updates, but a 1e38 server step makes a
+          # finite model whose outputs (test loss) are not.
+          _fedavg(task, server_lr=1e38),
+          task,
+          training.TrainingConfig(
+              rounds=3, clients_per_round=4, seed=0, output_dir=output_dir
+          ),
+      )
+    # The diverged round was not saved.
+    self.assertEqual(
+        sorted(os.listdir(os.path.join(output_dir, training.CHECKPOINT_DIR))),
+        ['program_state_0'],
+    )
+
+
+def _metrics_without_timing(output_dir: str) -> list[dict[str, str]]:
+  with open(os.path.join(output_dir, training.METRICS_CSV)) as f:
+    rows = list(csv.DictReader(f))
+  for row in rows:
+    del row['round_seconds']
+  return rows
+
+
+class BinaryTest(absltest.TestCase):
+  """`//experiments:fmnist` as a user runs it, on a real-data subset."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.data_dir = os.path.join(absltest.get_default_test_tmpdir(), 'fmnist')
+    test_utils.write_fashion_mnist_subset(cls.data_dir, 600, 200)
+
+  def _args(self, output_dir, rounds=5, **overrides):
+    flags = dict(
+        rounds=rounds, num_clients=6, clients_per_round=3, model='mlp',
+        batch_size=20, client_lr=0.05, client_lr_decay=0.9,
+        data_dir=self.data_dir, output_dir=output_dir, seed=1,
+    )
+    flags.update(overrides)
+    return [f'--{k}={v}' for k, v in flags.items()]
+
+  def _kill_when(self, output_dir, marker, predicate):
+    """Starts a run and SIGKILLs it as soon as `predicate()` holds."""
+    process = test_utils.start_module(
+        'experiments.fmnist', self._args(output_dir), marker=marker,
+        log_path=os.path.join(output_dir, 'killed.log'),
+    )
+    deadline = time.monotonic() + 300
+    while not predicate() and process.poll() is None:
+      self.assertLess(time.monotonic(), deadline, 'the kill point never came')
+      time.sleep(0.02)
+    process.send_signal(signal.SIGKILL)
+    self.assertEqual(process.wait(), -signal.SIGKILL, 'the run ended early')
+
+  def test_killed_runs_resume_with_identical_results(self):
+    marker = test_utils.new_marker()
+    reference_dir = self.create_tempdir().full_path
+    test_utils.run_module(
+        'experiments.fmnist', self._args(reference_dir), marker=marker
+    )
+    expected = _metrics_without_timing(reference_dir)
+
+    def round_2_released(output_dir):
+      path = os.path.join(output_dir, training.METRICS_CSV)
+      return os.path.exists(path) and '\n2,' in open(path).read()
+
+    def round_2_saved(output_dir):
+      return os.path.exists(
+          os.path.join(output_dir, training.CHECKPOINT_DIR, 'program_state_2')
+      )
+
+    for kill_point in (round_2_released, round_2_saved):
+      with self.subTest(kill_point.__name__):
+        output_dir = self.create_tempdir().full_path
+        self._kill_when(output_dir, marker, lambda: kill_point(output_dir))
+        result = test_utils.run_module(
+            'experiments.fmnist', self._args(output_dir), marker=marker
+        )
+        self.assertRegex(
+            result.stderr, r'Resuming from the checkpoint of round [1234]'
+        )
+        self.assertEqual(_metrics_without_timing(output_dir), expected)
+        for name in [training.SUMMARY_JSON, 'partition.json', 'accuracy.png']:
+          self.assertTrue(os.path.exists(os.path.join(output_dir, name)))
+    self.assertEmpty(test_utils.pids_with_marker(marker), 'worker left behind')
+
+  def test_other_settings_in_the_same_directory_are_refused(self):
+    marker = test_utils.new_marker()
+    output_dir = self.create_tempdir().full_path
+    test_utils.run_module(
+        'experiments.fmnist', self._args(output_dir, rounds=1), marker=marker
+    )
+    result = test_utils.run_module(
+        'experiments.fmnist', self._args(output_dir, rounds=1, alpha=0.1),
+        marker=marker, check=False,
+    )
+    self.assertEqual(result.returncode, 1)
+    self.assertIn('holds a run with other settings', result.stderr)
+    self.assertIn("'alpha': (0.5, 0.1)", result.stderr)
+
+  def test_missing_data_is_a_clear_error(self):
+    result = test_utils.run_module(
+        'experiments.fmnist',
+        self._args(self.create_tempdir().full_path, data_dir='/nonexistent'),
+        marker=test_utils.new_marker(), check=False,
+    )
+    self.assertEqual(result.returncode, 1)
+    self.assertIn('apt-get install dataset-fashion-mnist', result.stderr)
+    self.assertNotIn('Traceback', result.stderr)
+
+
+if __name__ == '__main__':
+  absltest.main()
