@@ -9,8 +9,11 @@ from typing import Optional
 import uuid
 
 import numpy as np
+import tensorflow_federated as tff
 
 from experiments import data
+from experiments import partition
+from experiments import tasks
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(data.__file__)))
 _MARKER_VARIABLE = 'TFF_AGGREGATORS_TEST_MARKER'
@@ -50,6 +53,29 @@ def write_fashion_mnist_subset(
   for name, array in zip(data.FASHION_MNIST_FILES, arrays):
     _write_idx(os.path.join(directory, name), array.astype(np.uint8))
   return subset
+
+
+def small_fmnist_task(
+    directory: str,
+    *,
+    num_train: int = 600,
+    num_test: int = 200,
+    num_clients: int = 4,
+    alpha: float = 1.0,
+    model: str = 'mlp',
+    batch_size: int = 20,
+    local_epochs: int = 2,
+) -> tff.simulation.baselines.BaselineTask:
+  """A small task on real Fashion-MNIST, read back through the real loader."""
+  write_fashion_mnist_subset(directory, num_train, num_test)
+  image_data = data.load_fashion_mnist(directory)
+  indices = partition.partition(
+      'dirichlet', image_data.train_labels, num_clients, alpha=alpha, seed=0
+  )
+  return tasks.create_image_task(
+      image_data, indices, model=model, batch_size=batch_size,
+      local_epochs=local_epochs, normalization='unit',
+  )
 
 
 def new_marker() -> str:

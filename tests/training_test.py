@@ -12,8 +12,6 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import data
-from experiments import partition
 from experiments import runtime
 from experiments import tasks
 from experiments import training
@@ -100,16 +98,7 @@ class TrainingConfigTest(absltest.TestCase):
 
 
 def _small_task(directory: str) -> tff.simulation.baselines.BaselineTask:
-  subset = test_utils.write_fashion_mnist_subset(directory, 600, 200)
-  image_data = data.load_fashion_mnist(directory)
-  np.testing.assert_array_equal(image_data.train_labels, subset.train_labels)
-  indices = partition.partition(
-      'dirichlet', image_data.train_labels, 4, alpha=1.0, seed=0
-  )
-  return tasks.create_image_task(
-      image_data, indices, model='mlp', batch_size=20, local_epochs=2,
-      normalization='unit',
-  )
+  return test_utils.small_fmnist_task(directory)
 
 
 def _fedavg(task, server_lr=1.0):

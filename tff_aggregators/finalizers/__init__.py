@@ -1,0 +1,2 @@
+"""Finalizers (`tff.learning.templates.FinalizerProcess`): server rules that
+need the global model."""
