@@ -58,10 +58,10 @@ class TrainingConfig:
     eval_every: Evaluate every this many rounds, and in each of the last
       `summary_rounds` rounds (the papers' metric needs them).
     client_lr: Base client learning rate, scheduled as
-      `client_lr * client_lr_decay ** (round - 1)`; None leaves the process's
-      own learning rate untouched.
+      `client_lr * client_lr_decay ** (round - 1)` through the process's
+      `client_work` `learning_rate` hyperparameter when the decay is not 1.
     client_lr_decay: Per-round multiplicative decay of the client learning
-      rate.
+      rate; 1 leaves the process's own learning rate untouched.
     accuracy_metric: Name of the evaluation metric reported as accuracy.
     summary_rounds: The summary's accuracy is the mean over this many last
       rounds (10 in the papers).
@@ -76,6 +76,10 @@ class TrainingConfig:
   client_lr_decay: float = 1.0
   accuracy_metric: str = 'sparse_categorical_accuracy'
   summary_rounds: int = 10
+
+  @property
+  def schedules_client_lr(self) -> bool:
+    return self.client_lr is not None and self.client_lr_decay != 1.0
 
   def __post_init__(self):
     if self.rounds < 1:
@@ -266,14 +270,15 @@ def _should_evaluate(config: TrainingConfig, round_num: int) -> bool:
 
 def _set_client_learning_rate(process, state, learning_rate: float):
   hparams = process.get_hparams(state)
-  try:
-    hparams['client_work']['learning_rate'] = np.float32(learning_rate)
-  except (KeyError, TypeError) as e:
+  client_hparams = hparams.get('client_work', {})
+  if 'learning_rate' not in client_hparams:
     raise ValueError(
-        'A client learning-rate schedule needs a process whose client work '
-        'has a `learning_rate` hyperparameter; got hparams '
-        f'{hparams}.'
-    ) from e
+        'A client learning-rate decay needs a process whose client work has '
+        'a `learning_rate` hyperparameter, and this one has '
+        f'{dict(client_hparams)} (TFF 0.87\'s FedProx client work has none). '
+        'Use --client_lr_decay=1 with it.'
+    )
+  client_hparams['learning_rate'] = np.float32(learning_rate)
   return process.set_hparams(state, hparams)
 
 
@@ -285,6 +290,9 @@ async def _train(
     config: TrainingConfig,
 ) -> None:
   """The loop; see `train`."""
+  state = process.set_model_weights(process.initialize(), initial_weights)
+  if config.schedules_client_lr:  # Fails now, not after the first round.
+    _set_client_learning_rate(process, state, config.client_lr)
   state_manager = tff.program.FileProgramStateManager(
       os.path.join(config.output_dir, CHECKPOINT_DIR), keep_total=2
   )
@@ -296,8 +304,6 @@ async def _train(
           os.path.join(config.output_dir, TENSORBOARD_DIR)
       ),
   ])
-
-  state = process.set_model_weights(process.initialize(), initial_weights)
   saved, version = await state_manager.load_latest((state, 0))
   if saved is None:
     start_round = 0
@@ -309,7 +315,7 @@ async def _train(
 
   for round_num in range(start_round + 1, config.rounds + 1):
     started = time.monotonic()
-    if config.client_lr is not None:
+    if config.schedules_client_lr:
       learning_rate = config.client_lr * config.client_lr_decay ** (
           round_num - 1
       )
@@ -323,7 +329,7 @@ async def _train(
     released = collections.OrderedDict(
         round_seconds=round_seconds, train=output.metrics
     )
-    if config.client_lr is not None:
+    if config.schedules_client_lr:
       released['client_lr'] = learning_rate
     if evaluator is not None and _should_evaluate(config, round_num):
       released['test'] = evaluator(weights)

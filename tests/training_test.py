@@ -176,6 +176,32 @@ class FedAvgTrainingTest(absltest.TestCase):
     )
 
 
+class ScheduleTest(absltest.TestCase):
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    runtime.use_local_worker()
+
+  def test_decay_with_fedprox_fails_before_training(self):
+    task = _small_task(self.create_tempdir().full_path)
+    fedprox = tff.learning.algorithms.build_weighted_fed_prox(
+        task.model_fn, 0.01, tff.learning.optimizers.build_sgdm(0.1)
+    )
+    output_dir = self.create_tempdir().full_path
+    config = dict(rounds=1, clients_per_round=2, seed=0, output_dir=output_dir,
+                  client_lr=0.1)
+    with self.assertRaisesRegex(ValueError, 'FedProx.*--client_lr_decay=1'):
+      training.train(fedprox, task,
+                     training.TrainingConfig(client_lr_decay=0.9, **config))
+    self.assertFalse(
+        os.path.exists(os.path.join(output_dir, training.CHECKPOINT_DIR))
+    )
+    # Without a decay FedProx trains, and no learning rate is released.
+    training.train(fedprox, task, training.TrainingConfig(**config))
+    self.assertNotIn('client_lr', training.read_metrics(output_dir)[0])
+
+
 def _metrics_without_timing(output_dir: str) -> list[dict[str, str]]:
   with open(os.path.join(output_dir, training.METRICS_CSV)) as f:
     rows = list(csv.DictReader(f))
