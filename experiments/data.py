@@ -12,6 +12,7 @@ import os
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from tensorflow_datasets.core.utils import gcs_utils
 
 FASHION_MNIST_DIR = '/usr/share/datasets/fashion-mnist'
 FASHION_MNIST_FILES = (
@@ -43,8 +44,13 @@ class ImageData:
     return tuple(self.train_images.shape[1:])
 
 
-def _keras_cache_dir() -> str:
-  """The directory Keras 2.14's `get_file` uses for `datasets/fashion-mnist`."""
+def link_into_keras_cache(path: str, cache_subdir: str) -> None:
+  """Makes Keras' `get_file` find `path` instead of downloading it.
+
+  Keras 2.14 looks in `~/.keras/<cache_subdir>` (or `/tmp/.keras/...` when
+  `~/.keras` is not writable) before downloading; a link there to `path`
+  replaces any link to another copy.
+  """
   base = os.path.join(os.path.expanduser('~'), '.keras')
   try:
     os.makedirs(base, exist_ok=True)
@@ -52,7 +58,14 @@ def _keras_cache_dir() -> str:
     pass
   if not os.access(base, os.W_OK):
     base = os.path.join('/tmp', '.keras')  # Keras' own fallback.
-  return os.path.join(base, 'datasets', 'fashion-mnist')
+  directory = os.path.join(base, cache_subdir)
+  os.makedirs(directory, exist_ok=True)
+  source = os.path.realpath(path)
+  link = os.path.join(directory, os.path.basename(path))
+  if os.path.islink(link) and os.path.realpath(link) != source:
+    os.remove(link)
+  if not os.path.lexists(link):
+    os.symlink(source, link)
 
 
 def load_fashion_mnist(data_dir: str = FASHION_MNIST_DIR) -> ImageData:
@@ -82,15 +95,10 @@ def load_fashion_mnist(data_dir: str = FASHION_MNIST_DIR) -> ImageData:
         f'{FASHION_MNIST_DIR}), or pass --data_dir=<directory with the four '
         'original *-ubyte.gz files>.'
     )
-  cache = _keras_cache_dir()
-  os.makedirs(cache, exist_ok=True)
   for name in FASHION_MNIST_FILES:
-    source = os.path.realpath(os.path.join(data_dir, name))
-    link = os.path.join(cache, name)
-    if os.path.islink(link) and os.path.realpath(link) != source:
-      os.remove(link)  # A link to another copy: point it at `data_dir`.
-    if not os.path.lexists(link):
-      os.symlink(source, link)
+    link_into_keras_cache(
+        os.path.join(data_dir, name), os.path.join('datasets', 'fashion-mnist')
+    )
   (x_train, y_train), (x_test, y_test) = (
       tf.keras.datasets.fashion_mnist.load_data()
   )
@@ -131,6 +139,10 @@ def load_tfds_images(
   if name not in TFDS_IMAGE_DATASETS:
     raise ValueError(f'Unknown data set {name!r}; use one of '
                      f'{TFDS_IMAGE_DATASETS}.')
+  # Without --download nothing is fetched: tfds would otherwise look up the
+  # data set's metadata on GCS when it is not prepared locally (the module
+  # flag is what tfds' own test utilities set; there is no public switch).
+  gcs_utils._is_gcs_disabled = not download  # pylint: disable=protected-access
   try:
     train, test = tfds.load(
         name,

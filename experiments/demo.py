@@ -40,13 +40,14 @@ def main(argv: list[str]) -> None:
   output_root = experiment.resolve_path(
       experiment.OUTPUT_DIR.value or 'runs/demo'
   )
-  task, label_counts = experiment.load_partitioned_task('fmnist')
+  task, partition_info = experiment.load_partitioned_task('fmnist')
   summaries = collections.OrderedDict()
   curves = collections.OrderedDict()
   for aggregator in aggregators:
     output_dir = os.path.join(output_root, aggregator)
     summaries[aggregator] = experiment.run(
-        task, label_counts, aggregator=aggregator, output_dir=output_dir
+        task, aggregator=aggregator, output_dir=output_dir,
+        partition_info=partition_info,
     )
     curves[aggregator] = training.accuracy_curve(
         training.read_metrics(output_dir), 'sparse_categorical_accuracy'
@@ -79,7 +80,6 @@ if __name__ == '__main__':
       rounds=20,
       local_epochs=1,
       batch_size=64,
-      client_lr=0.05,
       alpha=0.5,
   )
   app.run(main)

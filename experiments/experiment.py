@@ -13,6 +13,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # Before TensorFlow loads.
 from collections.abc import Callable
 import collections
 import json
+from typing import Optional
 
 import logging as logging_lib
 
@@ -22,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from experiments import baseline_tasks
 from experiments import data as data_lib
 from experiments import models
 from experiments import partition
@@ -51,7 +53,12 @@ BATCH_SIZE = flags.DEFINE_integer('batch_size', 64, 'Client batch size.')
 CLIENT_OPTIMIZER = flags.DEFINE_enum(
     'client_optimizer', 'sgd', _CLIENT_OPTIMIZERS, 'Client optimiser.'
 )
-CLIENT_LR = flags.DEFINE_float('client_lr', 0.05, 'Client learning rate.')
+CLIENT_LR = flags.DEFINE_float(
+    'client_lr',
+    None,
+    'Client learning rate. Default 0.05; femnist, stackoverflow, '
+    'cifar100_federated: Reddi et al.\'s tuned value for --server_optimizer.',
+)
 CLIENT_LR_DECAY = flags.DEFINE_float(
     'client_lr_decay',
     1.0,
@@ -74,7 +81,12 @@ SERVER_OPTIMIZER = flags.DEFINE_enum(
     _SERVER_OPTIMIZERS,
     'Server optimiser: sgd (FedAvg), sgdm (FedAvgM), adam, yogi.',
 )
-SERVER_LR = flags.DEFINE_float('server_lr', 1.0, 'Server learning rate.')
+SERVER_LR = flags.DEFINE_float(
+    'server_lr',
+    None,
+    'Server learning rate. Default 1.0; femnist, stackoverflow, '
+    'cifar100_federated: Reddi et al.\'s tuned value for --server_optimizer.',
+)
 SERVER_MOMENTUM = flags.DEFINE_float(
     'server_momentum', 0.9, 'Momentum of --server_optimizer=sgdm.'
 )
@@ -92,7 +104,12 @@ ALPHA = flags.DEFINE_float(
 SHARDS_PER_CLIENT = flags.DEFINE_integer(
     'shards_per_client', 2, 'Label shards per client for --partition=shards.'
 )
-MODEL = flags.DEFINE_enum('model', 'lenet', sorted(models.MODELS), 'Model.')
+MODEL = flags.DEFINE_string(
+    'model',
+    'lenet',
+    f'Model: {", ".join(sorted(models.MODELS))} (partitioned data sets); '
+    'TFF\'s model ids for femnist, stackoverflow, cifar100_federated.',
+)
 NORMALIZATION = flags.DEFINE_enum(
     'normalization',
     'unit',
@@ -116,6 +133,46 @@ DATA_DIR = flags.DEFINE_string('data_dir', None, 'Where the data set is.')
 DOWNLOAD = flags.DEFINE_bool(
     'download', False, 'Let tensorflow-datasets download a missing data set.'
 )
+EVAL_EXAMPLES = flags.DEFINE_integer(
+    'eval_examples',
+    None,
+    'Evaluate on a fixed, seeded sample of this many held-out examples '
+    '(default: all; stackoverflow: 10,000 validation examples).',
+)
+ACCURACY_METRIC = flags.DEFINE_string(
+    'accuracy_metric',
+    'sparse_categorical_accuracy',
+    'Evaluation metric reported as accuracy (all are in the metrics CSV).',
+)
+SUMMARY_ROUNDS = flags.DEFINE_integer(
+    'summary_rounds', 10, 'The summary averages accuracy over these last rounds.'
+)
+CACHE_DIR = flags.DEFINE_string(
+    'cache_dir',
+    '~/.tff',
+    'femnist/stackoverflow/cifar100_federated: directory of the TFF SQLite '
+    'files (emnist_all.sqlite, stackoverflow.sqlite, cifar100.sqlite).',
+)
+USE_SYNTHETIC_DATA = flags.DEFINE_bool(
+    'use_synthetic_data',
+    False,
+    'femnist/stackoverflow/cifar100_federated: TFF\'s small synthetic data '
+    '(smoke runs).',
+)
+MAX_CLIENT_EXAMPLES = flags.DEFINE_integer(
+    'max_client_examples',
+    None,
+    'Cap on the examples a client uses per round (stackoverflow: 1000).',
+)
+SEQUENCE_LENGTH = flags.DEFINE_integer(
+    'sequence_length', 20, 'stackoverflow: words per sequence.'
+)
+VOCAB_SIZE = flags.DEFINE_integer(
+    'vocab_size', 10_000, 'stackoverflow: vocabulary size.'
+)
+CROP_SIZE = flags.DEFINE_integer(
+    'crop_size', 24, 'cifar100_federated: crop height and width.'
+)
 MAX_CONCURRENT_COMPUTATION_CALLS = flags.DEFINE_integer(
     'max_concurrent_computation_calls',
     -1,
@@ -123,10 +180,16 @@ MAX_CONCURRENT_COMPUTATION_CALLS = flags.DEFINE_integer(
 )
 
 # Flags that do not change results; a run may resume with other values.
-_NON_RUN_FLAGS = frozenset(
-    ['rounds', 'eval_every', 'output_dir', 'data_dir', 'download',
-     'max_concurrent_computation_calls']
-)
+_NON_RUN_FLAGS = frozenset([
+    'rounds', 'eval_every', 'output_dir', 'data_dir', 'download', 'cache_dir',
+    'max_concurrent_computation_calls', 'summary_rounds', 'accuracy_metric',
+])
+# Flags of one kind of binary only.
+_PARTITION_FLAGS = ('num_clients', 'partition', 'alpha', 'shards_per_client',
+                    'normalization', 'data_dir', 'download')
+_BASELINE_TASK_FLAGS = ('cache_dir', 'use_synthetic_data', 'eval_examples',
+                        'max_client_examples', 'sequence_length', 'vocab_size',
+                        'crop_size')
 CONFIG_JSON = 'config.json'
 PARTITION_JSON = 'partition.json'
 
@@ -192,6 +255,20 @@ def _check_resumable(output_dir: str, run_flags: dict[str, object]) -> None:
   training.write_json(path, run_flags)
 
 
+def _resolve_learning_rates(client_lr: float, server_lr: float) -> None:
+  """Sets --client_lr and --server_lr to these defaults where not given."""
+  if CLIENT_LR.value is None:
+    flags.FLAGS.client_lr = client_lr
+  if SERVER_LR.value is None:
+    flags.FLAGS.server_lr = server_lr
+
+
+def _refuse_flags(names: tuple[str, ...], binary: str) -> None:
+  given = [f'--{n}' for n in names if flags.FLAGS[n].present]
+  if given:
+    raise SystemExit(f'error: {", ".join(given)} do not apply to {binary}.')
+
+
 def resolve_path(path: str) -> str:
   """Makes `path` absolute; under `bazel run`, relative to the user's cwd."""
   base = os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd())
@@ -230,15 +307,20 @@ def _client_optimizer() -> tff.learning.optimizers.Optimizer:
 
 def load_partitioned_task(
     dataset: str,
-) -> tuple[tff.simulation.baselines.BaselineTask, np.ndarray]:
+) -> tuple[tff.simulation.baselines.BaselineTask, dict[str, np.ndarray]]:
   """Loads the data set, partitions it over clients and builds the task.
 
   Args:
     dataset: A name in `data.DATASETS`.
 
   Returns:
-    The task and the per-client label counts [num_clients, num_classes].
+    The task and the partition's description (client sizes, label counts).
   """
+  _refuse_flags(_BASELINE_TASK_FLAGS, dataset)
+  _resolve_learning_rates(0.05, 1.0)
+  if MODEL.value not in models.MODELS:
+    raise SystemExit(f'error: --model={MODEL.value} is not one of '
+                     f'{", ".join(sorted(models.MODELS))}.')
   try:
     image_data = data_lib.load(
         dataset, resolve_path(DATA_DIR.value), DOWNLOAD.value
@@ -271,7 +353,9 @@ def load_partitioned_task(
       normalization=NORMALIZATION.value,
       weight_decay=WEIGHT_DECAY.value,
   )
-  return task, label_counts
+  return task, collections.OrderedDict(
+      client_sizes=label_counts.sum(axis=1), label_counts=label_counts
+  )
 
 
 def default_output_dir(task_name: str, aggregator: str) -> str:
@@ -282,14 +366,22 @@ def default_output_dir(task_name: str, aggregator: str) -> str:
 
 def run(
     task: tff.simulation.baselines.BaselineTask,
-    label_counts: np.ndarray,
     *,
     aggregator: str,
     output_dir: str,
+    partition_info: Optional[dict[str, np.ndarray]] = None,
+    eval_data: Optional[tf.data.Dataset] = None,
 ) -> collections.OrderedDict[str, object]:
   """Trains `aggregator` on `task` with the flags' settings into `output_dir`.
 
   Resumes when `output_dir` holds a run with the same settings.
+
+  Args:
+    task: The task.
+    aggregator: A registered aggregator name.
+    output_dir: The run directory.
+    partition_info: Written to `partition.json` when given.
+    eval_data: Evaluation data (default: the task's test data).
 
   Returns:
     The run's summary (see `training.train`).
@@ -303,12 +395,9 @@ def run(
   run_flags['aggregator'] = aggregator
   os.makedirs(output_dir, exist_ok=True)
   _check_resumable(output_dir, run_flags)
-  training.write_json(
-      os.path.join(output_dir, PARTITION_JSON),
-      collections.OrderedDict(
-          client_sizes=label_counts.sum(axis=1), label_counts=label_counts
-      ),
-  )
+  if partition_info is not None:
+    training.write_json(os.path.join(output_dir, PARTITION_JSON),
+                        partition_info)
   runtime.use_local_worker(MAX_CONCURRENT_COMPUTATION_CALLS.value)
   process = registry.build_process(
       aggregator,
@@ -332,7 +421,10 @@ def run(
           eval_every=EVAL_EVERY.value,
           client_lr=CLIENT_LR.value,
           client_lr_decay=CLIENT_LR_DECAY.value,
+          accuracy_metric=ACCURACY_METRIC.value,
+          summary_rounds=SUMMARY_ROUNDS.value,
       ),
+      eval_data=eval_data,
       label=aggregator,
   )
 
@@ -349,12 +441,60 @@ def image_classification_main(dataset: str) -> Callable[[list[str]], None]:
     if len(argv) > 1:
       raise SystemExit(f'error: unexpected arguments {argv[1:]}')
     quiet_other_info_logs()
-    task, label_counts = load_partitioned_task(dataset)
+    task, partition_info = load_partitioned_task(dataset)
     summary = run(
         task,
-        label_counts,
         aggregator=AGGREGATOR.value,
         output_dir=default_output_dir(dataset, AGGREGATOR.value),
+        partition_info=partition_info,
+    )
+    logging.info('summary: %s', dict(summary))
+
+  return main
+
+
+def baseline_task_main(name: str) -> Callable[[list[str]], None]:
+  """Returns the `main` of a binary on one of TFF's federated data sets.
+
+  Args:
+    name: One of `baseline_tasks.TASKS`; also names the output directory.
+  """
+
+  def main(argv: list[str]) -> None:
+    if len(argv) > 1:
+      raise SystemExit(f'error: unexpected arguments {argv[1:]}')
+    quiet_other_info_logs()
+    _refuse_flags(_PARTITION_FLAGS, name)
+    _resolve_learning_rates(
+        *baseline_tasks.SETTINGS[name].learning_rates[SERVER_OPTIMIZER.value]
+    )
+    try:
+      task = baseline_tasks.create_task(
+          name,
+          cache_dir=resolve_path(CACHE_DIR.value),
+          use_synthetic_data=USE_SYNTHETIC_DATA.value,
+          model=MODEL.value,
+          batch_size=BATCH_SIZE.value,
+          local_epochs=LOCAL_EPOCHS.value,
+          max_client_examples=MAX_CLIENT_EXAMPLES.value,
+          sequence_length=SEQUENCE_LENGTH.value,
+          vocab_size=VOCAB_SIZE.value,
+          crop_size=CROP_SIZE.value,
+      )
+    except (data_lib.DataNotFoundError, ValueError) as e:
+      raise SystemExit(f'error: {e}') from e
+    population = len(task.datasets.train_data.client_ids)
+    if USE_SYNTHETIC_DATA.value and CLIENTS_PER_ROUND.value > population:
+      logging.warning('Synthetic %s has %d clients: sampling %d per round.',
+                      name, population, population)
+      flags.FLAGS.clients_per_round = population
+    summary = run(
+        task,
+        aggregator=AGGREGATOR.value,
+        output_dir=default_output_dir(name, AGGREGATOR.value),
+        eval_data=baseline_tasks.evaluation_data(
+            task, num_examples=EVAL_EXAMPLES.value, seed=SEED.value
+        ),
     )
     logging.info('summary: %s', dict(summary))
 

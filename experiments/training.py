@@ -367,6 +367,7 @@ def train(
     task: tff.simulation.baselines.BaselineTask,
     config: TrainingConfig,
     *,
+    eval_data: Optional[tf.data.Dataset] = None,
     label: str = '',
 ) -> collections.OrderedDict[str, Any]:
   """Trains `process` on `task`, resuming from `config.output_dir` if possible.
@@ -378,9 +379,10 @@ def train(
 
   Args:
     process: The learning process (FedAvg or any method of this project).
-    task: The task; its `test_data` (after `eval_preprocess_fn`) is used for
-      central evaluation.
+    task: The task.
     config: The loop settings.
+    eval_data: Batched evaluation data; default: the task's centralised test
+      data after its `eval_preprocess_fn`.
     label: Legend label of the accuracy plot.
 
   Returns:
@@ -388,9 +390,9 @@ def train(
   """
   os.makedirs(config.output_dir, exist_ok=True)
   sampler = ClientSampler(task.datasets, config.clients_per_round, config.seed)
-  evaluator = CentralEvaluator(
-      task.model_fn, task.datasets.get_centralized_test_data()
-  )
+  if eval_data is None:
+    eval_data = task.datasets.get_centralized_test_data()
+  evaluator = CentralEvaluator(task.model_fn, eval_data)
   initial_weights = initial_model_weights(task.model_fn, config.seed)
   asyncio.run(_train(process, sampler, evaluator, initial_weights, config))
   summary = _summarise(config)

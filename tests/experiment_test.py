@@ -6,6 +6,7 @@ import os
 from absl.testing import absltest
 from absl.testing import flagsaver
 import tensorflow_datasets as tfds
+import tensorflow_federated as tff
 
 from experiments import experiment
 from experiments import registry
@@ -49,8 +50,8 @@ class RegistryTest(absltest.TestCase):
   def test_fedavg_and_fedprox(self):
     inputs = dict(
         model_fn=_tiny_model_fn,
-        client_optimizer_fn=experiment._client_optimizer(),
-        server_optimizer_fn=experiment._server_optimizer(),
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
         server_optimizer='sgd',
     )
     fedavg = registry.build_process(

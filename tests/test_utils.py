@@ -2,6 +2,7 @@
 
 import gzip
 import os
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -76,6 +77,44 @@ def small_fmnist_task(
       image_data, indices, model=model, batch_size=batch_size,
       local_epochs=local_epochs, normalization='unit',
   )
+
+
+def write_tff_sqlite(
+    path: str,
+    examples: dict[str, dict[str, list[bytes]]],
+    *,
+    index: bool = True,
+) -> None:
+  """Writes a SQLite file in the format `tff.simulation.datasets` reads.
+
+  Args:
+    path: The file to write.
+    examples: split name -> client id -> serialized `tf.train.Example`s.
+    index: Whether to index `examples.client_id` (TFF's files should be).
+  """
+  with sqlite3.connect(path) as connection:
+    connection.execute(
+        'CREATE TABLE examples (split_name TEXT, client_id TEXT, '
+        'serialized_example_proto BLOB)'
+    )
+    connection.execute(
+        'CREATE TABLE client_metadata (client_id TEXT, split_name TEXT, '
+        'num_examples INTEGER)'
+    )
+    for split, clients in examples.items():
+      for client_id, protos in clients.items():
+        connection.executemany(
+            'INSERT INTO examples VALUES (?, ?, ?)',
+            [(split, client_id, p) for p in protos],
+        )
+        connection.execute(
+            'INSERT INTO client_metadata VALUES (?, ?, ?)',
+            (client_id, split, len(protos)),
+        )
+    if index:
+      connection.execute(
+          'CREATE INDEX examples_client_id ON examples (client_id, split_name)'
+      )
 
 
 def new_marker() -> str:
