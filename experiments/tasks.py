@@ -63,14 +63,13 @@ class PartitionedClientData(tff.simulation.datasets.ClientData):
 
   @property
   def serializable_dataset_fn(self):
-    # Builds a client's dataset from a string id inside a TF graph. The
-    # examples become graph constants, as in TFF's `TestClientData`.
+    """Eagerly: `create_tf_dataset_for_client`. In a TF graph: a lookup in
+    graph constants holding all examples, as TFF's `TestClientData` does."""
     examples = self._examples
     order = np.concatenate(self._client_indices + [np.zeros(0, np.int64)])
     bounds = np.cumsum([0] + [len(i) for i in self._client_indices])
 
-    @tf.function
-    def dataset_fn(client_id):
+    def graph_dataset_fn(client_id):
       k = tf.strings.to_number(client_id, tf.int64)
       starts = tf.constant(bounds)
       indices = tf.constant(order)[starts[k] : starts[k + 1]]
@@ -79,6 +78,13 @@ class PartitionedClientData(tff.simulation.datasets.ClientData):
               (name, tf.gather(v, indices)) for name, v in examples.items()
           )
       )
+
+    def dataset_fn(client_id):
+      if tf.executing_eagerly():
+        if tf.is_tensor(client_id):
+          client_id = client_id.numpy().decode()
+        return self.create_tf_dataset_for_client(client_id)
+      return graph_dataset_fn(client_id)
 
     return dataset_fn
 

@@ -103,8 +103,12 @@ def _derived_seed(*parts: int) -> int:
 class ClientSampler:
   """Seeded cohorts and client datasets, identical for every aggregator.
 
-  Only the sampled clients' datasets are built, so the cost of a round does not
-  depend on the population size.
+  Only the sampled clients' datasets are built, through the client data's
+  `serializable_dataset_fn`: TFF's `create_tf_dataset_for_client` first checks
+  the id against the list of all ids, which costs O(population) per client
+  (0.17 s per cohort of 50 among Stack Overflow's 342,477 clients), and ids
+  drawn from `client_ids` need no check. So a round's cost does not depend on
+  the population size.
   """
 
   def __init__(
@@ -113,9 +117,9 @@ class ClientSampler:
       clients_per_round: int,
       seed: int,
   ):
-    self._client_data = datasets.train_data
+    self._dataset_fn = datasets.train_data.serializable_dataset_fn
     self._preprocess_fn = datasets.train_preprocess_fn or (lambda d: d)
-    self._client_ids = list(self._client_data.client_ids)
+    self._client_ids = list(datasets.train_data.client_ids)
     if clients_per_round > len(self._client_ids):
       raise ValueError(
           f'clients_per_round={clients_per_round} exceeds the '
@@ -137,7 +141,7 @@ class ClientSampler:
 
     Every local epoch sees a new order (`reshuffle_each_iteration`).
     """
-    dataset = self._client_data.create_tf_dataset_for_client(client_id)
+    dataset = self._dataset_fn(client_id)
     size = int(dataset.cardinality())
     buffer = size if size > 0 else _MAX_SHUFFLE_BUFFER
     seed = _derived_seed(

@@ -51,12 +51,22 @@ class PartitionedClientDataTest(absltest.TestCase):
             np.stack([e['x'] for e in elements]), self.examples['x'][indices]
         )
 
-  def test_serializable_dataset_fn_matches(self):
+  def test_serializable_dataset_fn_matches_eagerly_and_in_graphs(self):
     dataset_fn = self.client_data.serializable_dataset_fn
+
+    @tf.function
+    def labels_in_graph(client_id):
+      return dataset_fn(client_id).reduce(
+          tf.zeros([0], tf.int64), lambda a, e: tf.concat([a, [e['y']]], 0)
+      )
+
     for client_id, indices in zip(self.client_data.client_ids, self.indices):
-      ys = [e['y'] for e in dataset_fn(tf.constant(client_id))
-            .as_numpy_iterator()]
-      np.testing.assert_array_equal(ys, indices)
+      for key in (client_id, tf.constant(client_id)):
+        ys = [e['y'] for e in dataset_fn(key).as_numpy_iterator()]
+        np.testing.assert_array_equal(ys, indices)
+      np.testing.assert_array_equal(
+          labels_in_graph(tf.constant(client_id)), indices
+      )
 
   def test_element_spec(self):
     self.assertEqual(
