@@ -174,6 +174,7 @@ def create_task(
     sequence_length: int = 20,
     vocab_size: int = 10_000,
     crop_size: int = 24,
+    distort_train_images: bool = True,
 ) -> tff.simulation.baselines.BaselineTask:
   """Builds task `name` with TFF's task builder.
 
@@ -192,6 +193,8 @@ def create_task(
     sequence_length: Stack Overflow sequence length.
     vocab_size: Stack Overflow vocabulary size.
     crop_size: CIFAR-100 crop height and width.
+    distort_train_images: CIFAR-100 random crops and flips in training, as
+      Reddi et al.; TFF does not seed them, so runs are not bit-reproducible.
   """
   settings = SETTINGS[name]
   if model not in settings.models:
@@ -219,6 +222,7 @@ def create_task(
         model_id=model,
         crop_height=crop_size,
         crop_width=crop_size,
+        distort_train_images=distort_train_images,
         cache_dir=cache_dir,
         use_synthetic_data=use_synthetic_data,
     )

@@ -173,6 +173,12 @@ VOCAB_SIZE = flags.DEFINE_integer(
 CROP_SIZE = flags.DEFINE_integer(
     'crop_size', 24, 'cifar100_federated: crop height and width.'
 )
+DISTORT_TRAIN_IMAGES = flags.DEFINE_bool(
+    'distort_train_images',
+    True,
+    'cifar100_federated: random crops and flips in training (Reddi et al.); '
+    'off: central crops. TFF\'s distortion is not seeded.',
+)
 MAX_CONCURRENT_COMPUTATION_CALLS = flags.DEFINE_integer(
     'max_concurrent_computation_calls',
     -1,
@@ -189,7 +195,7 @@ _PARTITION_FLAGS = ('num_clients', 'partition', 'alpha', 'shards_per_client',
                     'normalization', 'data_dir', 'download')
 _BASELINE_TASK_FLAGS = ('cache_dir', 'use_synthetic_data', 'eval_examples',
                         'max_client_examples', 'sequence_length', 'vocab_size',
-                        'crop_size')
+                        'crop_size', 'distort_train_images')
 CONFIG_JSON = 'config.json'
 PARTITION_JSON = 'partition.json'
 
@@ -480,6 +486,7 @@ def baseline_task_main(name: str) -> Callable[[list[str]], None]:
           sequence_length=SEQUENCE_LENGTH.value,
           vocab_size=VOCAB_SIZE.value,
           crop_size=CROP_SIZE.value,
+          distort_train_images=DISTORT_TRAIN_IMAGES.value,
       )
     except (data_lib.DataNotFoundError, ValueError) as e:
       raise SystemExit(f'error: {e}') from e
