@@ -182,13 +182,22 @@ DISTORT_TRAIN_IMAGES = flags.DEFINE_bool(
 MAX_CONCURRENT_COMPUTATION_CALLS = flags.DEFINE_integer(
     'max_concurrent_computation_calls',
     -1,
-    'Parallel client computations in the TFF worker (-1: no limit).',
+    'Parallel client computations in the local TFF worker (-1: no limit); '
+    'for --workers, set it where the workers are started.',
+)
+WORKERS = flags.DEFINE_list(
+    'workers',
+    None,
+    'host:port,... of running TFF workers (`bazel run //experiments:workers`, '
+    'or worker_binary --port=P on each host); each round\'s clients are split '
+    'over them. Default: one local worker.',
 )
 
 # Flags that do not change results; a run may resume with other values.
 _NON_RUN_FLAGS = frozenset([
     'rounds', 'eval_every', 'output_dir', 'data_dir', 'download', 'cache_dir',
     'max_concurrent_computation_calls', 'summary_rounds', 'accuracy_metric',
+    'workers',
 ])
 # Flags of one kind of binary only.
 _PARTITION_FLAGS = ('num_clients', 'partition', 'alpha', 'shards_per_client',
@@ -404,7 +413,17 @@ def run(
   if partition_info is not None:
     training.write_json(os.path.join(output_dir, PARTITION_JSON),
                         partition_info)
-  runtime.use_local_worker(MAX_CONCURRENT_COMPUTATION_CALLS.value)
+  try:
+    if WORKERS.value:
+      if MAX_CONCURRENT_COMPUTATION_CALLS.present:
+        raise SystemExit('error: with --workers, set '
+                         '--max_concurrent_computation_calls where the '
+                         'workers are started.')
+      runtime.use_workers(WORKERS.value)
+    else:
+      runtime.use_local_worker(MAX_CONCURRENT_COMPUTATION_CALLS.value)
+  except (TimeoutError, RuntimeError) as e:
+    raise SystemExit(f'error: {e}') from e
   process = registry.build_process(
       aggregator,
       registry.ProcessInputs(
@@ -416,23 +435,24 @@ def run(
       ),
   )
   logging.info('%s: writing to %s', aggregator, output_dir)
-  return training.train(
-      process,
-      task,
-      training.TrainingConfig(
-          rounds=ROUNDS.value,
-          clients_per_round=CLIENTS_PER_ROUND.value,
-          seed=SEED.value,
-          output_dir=output_dir,
-          eval_every=EVAL_EVERY.value,
-          client_lr=CLIENT_LR.value,
-          client_lr_decay=CLIENT_LR_DECAY.value,
-          accuracy_metric=ACCURACY_METRIC.value,
-          summary_rounds=SUMMARY_ROUNDS.value,
-      ),
-      eval_data=eval_data,
-      label=aggregator,
+  config = training.TrainingConfig(
+      rounds=ROUNDS.value,
+      clients_per_round=CLIENTS_PER_ROUND.value,
+      seed=SEED.value,
+      output_dir=output_dir,
+      eval_every=EVAL_EVERY.value,
+      client_lr=CLIENT_LR.value,
+      client_lr_decay=CLIENT_LR_DECAY.value,
+      accuracy_metric=ACCURACY_METRIC.value,
+      summary_rounds=SUMMARY_ROUNDS.value,
   )
+  try:
+    return training.train(
+        process, task, config, eval_data=eval_data, label=aggregator
+    )
+  except (runtime.WorkerUnavailableError,
+          training.TrainingDivergedError) as e:
+    raise SystemExit(f'error: {e}') from e
 
 
 def image_classification_main(dataset: str) -> Callable[[list[str]], None]:

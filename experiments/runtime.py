@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from typing import Optional
 
 from absl import logging
@@ -142,15 +143,19 @@ def connect(address: str, *, timeout: float = 60.0,
   return stub
 
 
-def _executor_factory(stub, worker_address: str):
+class WorkerUnavailableError(RuntimeError):
+  """A TFF worker stopped answering."""
+
+
+def _executor_factory(stub, address: str):
   """Executor factory over one worker, with a clear error if it is gone."""
 
   def stack_fn(cardinalities):
     if not stub.is_ready:
-      raise RuntimeError(
-          f'The TFF worker at {worker_address} is not reachable (it was '
-          'stopped or crashed). Restart the run with the same flags to resume '
-          'from its last checkpoint.'
+      raise WorkerUnavailableError(
+          f'The TFF worker at {address} is not reachable (it was stopped or '
+          'crashed). Restart the run with the same flags to resume from its '
+          'last checkpoint.'
       )
     cardinalities.setdefault(tff.CLIENTS, 0)
     executor = tff.framework.RemoteExecutor(stub)
@@ -160,41 +165,149 @@ def _executor_factory(stub, worker_address: str):
   return tff.framework.ResourceManagingExecutorFactory(stack_fn)
 
 
-_local_worker: Optional[WorkerProcess] = None
-
-
-def use_local_worker(max_concurrent_computation_calls: int = -1):
-  """Sets TFF's default context to a local worker bound to this process.
-
-  Idempotent for the same `max_concurrent_computation_calls`: a second call
-  with another value restarts the worker.
-
-  Args:
-    max_concurrent_computation_calls: Caps parallel client computations in the
-      worker (-1: no cap), as in
-      `tff.backends.native.set_sync_local_cpp_execution_context`.
-
-  Returns:
-    The `WorkerProcess`.
-  """
-  global _local_worker
-  if _local_worker is not None and _local_worker.poll() is None:
-    if _local_worker.max_concurrent_computation_calls == (
-        max_concurrent_computation_calls
-    ):
-      return _local_worker
-    _local_worker.stop()
-  worker = WorkerProcess(
-      max_concurrent_computation_calls=max_concurrent_computation_calls
+def _context(stub, address: str, *, asynchronous: bool):
+  context_class = (
+      tff.framework.AsyncExecutionContext
+      if asynchronous
+      else tff.framework.SyncExecutionContext
   )
-  stub = connect(worker.address, worker=worker)
-  context = tff.framework.SyncExecutionContext(
-      _executor_factory(stub, worker.address),
+  return context_class(
+      _executor_factory(stub, address),
       compiler_fn=tff.backends.native.desugar_and_transform_to_native,
       transform_args=tff.tensorflow.transform_args,
       transform_result=tff.tensorflow.transform_result,
   )
-  tff.framework.set_default_context(context)
-  logging.info('TFF worker pid %d on %s', worker.pid, worker.address)
-  _local_worker = worker
+
+
+# The workers of the current context: address -> stub.
+_stubs: dict[str, object] = {}
+_local_workers: list[WorkerProcess] = []
+
+
+def use_workers(
+    addresses: Sequence[str],
+    *,
+    local_workers: Sequence[WorkerProcess] = (),
+    timeout: float = 60.0,
+) -> None:
+  """Runs TFF computations on the workers at `addresses` (`host:port`).
+
+  One worker: a plain synchronous context. Several: TFF's mergeable-comp
+  context (`tff.backends.native.set_mergeable_comp_execution_context`), which
+  splits each round's clients over the workers and merges their partial
+  aggregates (`merge` of `federated_aggregate`) in worker order.
+
+  Args:
+    addresses: Worker addresses; started with `worker_binary --port=P` on any
+      host, or by `start_local_workers` / `//experiments:workers`.
+    local_workers: The `WorkerProcess`es behind local addresses, so that a
+      worker that dies while connecting is reported at once.
+    timeout: Seconds to wait for each worker to answer.
+  """
+  if not addresses:
+    raise ValueError('use_workers needs at least one address.')
+  processes = {w.address: w for w in local_workers}
+  stubs = {
+      a: connect(a, timeout=timeout, worker=processes.get(a))
+      for a in addresses
+  }
+  if len(addresses) == 1:
+    (address,) = addresses
+    tff.framework.set_default_context(
+        _context(stubs[address], address, asynchronous=False)
+    )
+  else:
+    tff.backends.native.set_mergeable_comp_execution_context(
+        [_context(stubs[a], a, asynchronous=True) for a in addresses]
+    )
+  _stubs.clear()
+  _stubs.update(stubs)
+  logging.info('TFF computations run on %s', ', '.join(addresses))
+
+
+def unreachable_workers() -> list[str]:
+  """Addresses of the current context's workers that no longer answer."""
+  return [a for a, stub in _stubs.items() if not stub.is_ready]
+
+
+def start_local_workers(
+    num_workers: int,
+    *,
+    max_concurrent_computation_calls: int = -1,
+    gpus: Sequence[str] = (),
+    ports: Sequence[int] = (),
+) -> list[WorkerProcess]:
+  """Starts `num_workers` local workers bound to this process.
+
+  Args:
+    num_workers: How many.
+    max_concurrent_computation_calls: Per worker (-1: no cap).
+    gpus: GPU ids; worker i sees only `gpus[i % len(gpus)]`
+      (`CUDA_VISIBLE_DEVICES`), so each worker pins its sessions to its GPU.
+      Empty: the workers see what this process sees.
+    ports: Their ports (default: free ports).
+  """
+  workers = []
+  for i in range(num_workers):
+    env = None
+    if gpus:
+      env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpus[i % len(gpus)]))
+    workers.append(
+        WorkerProcess(
+            max_concurrent_computation_calls=max_concurrent_computation_calls,
+            port=ports[i] if ports else None,
+            env=env,
+        )
+    )
+  return workers
+
+
+def use_local_workers(
+    num_workers: int = 1, *, max_concurrent_computation_calls: int = -1
+) -> list[WorkerProcess]:
+  """Runs TFF computations on `num_workers` local workers bound to this process.
+
+  Idempotent for the same arguments; otherwise the previous local workers are
+  stopped and new ones started.
+
+  Args:
+    num_workers: 1 is TFF's usual local runtime; more split clients over
+      several processes (see `use_workers`).
+    max_concurrent_computation_calls: Caps parallel client computations in each
+      worker (-1: no cap), as in
+      `tff.backends.native.set_sync_local_cpp_execution_context`.
+
+  Returns:
+    The `WorkerProcess`es.
+  """
+  alive = [w for w in _local_workers if w.poll() is None]
+  if (
+      len(alive) == num_workers == len(_local_workers)
+      and all(
+          w.max_concurrent_computation_calls
+          == max_concurrent_computation_calls
+          for w in alive
+      )
+      and set(_stubs) == {w.address for w in alive}
+  ):
+    return list(alive)
+  for worker in _local_workers:
+    worker.stop()
+  workers = start_local_workers(
+      num_workers,
+      max_concurrent_computation_calls=max_concurrent_computation_calls,
+  )
+  use_workers([w.address for w in workers], local_workers=workers)
+  _local_workers[:] = workers
+  logging.info('Local TFF worker pids %s', [w.pid for w in workers])
+  return workers
+
+
+def use_local_worker(
+    max_concurrent_computation_calls: int = -1,
+) -> WorkerProcess:
+  """`use_local_workers(1, ...)`: TFF's usual local runtime, safely."""
+  (worker,) = use_local_workers(
+      1, max_concurrent_computation_calls=max_concurrent_computation_calls
+  )
   return worker

@@ -178,10 +178,14 @@ def start_module(
 ) -> subprocess.Popen:
   """Starts `python -m module args` in the background."""
   log = open(log_path, 'w') if log_path else subprocess.DEVNULL
-  return subprocess.Popen(
-      [sys.executable, '-m', module] + args,
-      env=marked_environment(marker),
-      cwd=REPO_ROOT,
-      stdout=log,
-      stderr=subprocess.STDOUT,
-  )
+  try:
+    return subprocess.Popen(
+        [sys.executable, '-m', module] + args,
+        env=marked_environment(marker),
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+  finally:
+    if log_path:
+      log.close()  # The child holds its own descriptor.

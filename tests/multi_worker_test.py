@@ -1,0 +1,180 @@
+"""Several TFF workers on 127.0.0.1: launcher, agreement, worker failure.
+
+Loopback only: every worker here is started by this test or its subprocesses.
+"""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow_federated as tff
+
+from experiments import registry
+from experiments import runtime
+from experiments import training
+from tests import test_utils
+
+
+def _wait_until(predicate, timeout: float) -> bool:
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if predicate():
+      return True
+    time.sleep(0.05)
+  return predicate()
+
+
+class LauncherTest(absltest.TestCase):
+
+  def _start_launcher(self, marker):
+    process = subprocess.Popen(
+        [sys.executable, '-m', 'experiments.workers', '--num_workers=2'],
+        env=test_utils.marked_environment(marker),
+        cwd=test_utils.REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    line = process.stdout.readline().strip()
+    self.assertStartsWith(line, '--workers=127.0.0.1:')
+    addresses = line[len('--workers='):].split(',')
+    self.assertLen(addresses, 2)
+    for address in addresses:
+      runtime.connect(address, timeout=30)
+    self.assertLen(test_utils.pids_with_marker(marker), 3)
+    return process
+
+  def test_stops_its_workers_on_sigterm(self):
+    marker = test_utils.new_marker()
+    process = self._start_launcher(marker)
+    process.send_signal(signal.SIGTERM)
+    self.assertEqual(process.wait(timeout=30), 0)
+    self.assertTrue(
+        _wait_until(lambda: not test_utils.pids_with_marker(marker), 10)
+    )
+
+  def test_workers_die_with_a_killed_launcher(self):
+    marker = test_utils.new_marker()
+    process = self._start_launcher(marker)
+    process.send_signal(signal.SIGKILL)
+    process.wait(timeout=30)
+    self.assertTrue(
+        _wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
+        f'left behind: {test_utils.pids_with_marker(marker)}',
+    )
+
+
+def _train(name, task, num_workers, output_dir):
+  runtime.use_local_workers(num_workers)
+  process = registry.build_process(
+      name,
+      registry.ProcessInputs(
+          model_fn=task.model_fn,
+          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+          server_optimizer='sgd',
+      ),
+  )
+  training.train(
+      process,
+      task,
+      training.TrainingConfig(
+          rounds=2, clients_per_round=4, seed=0, output_dir=output_dir
+      ),
+  )
+  return training.read_metrics(output_dir)
+
+
+class AgreementTest(parameterized.TestCase):
+
+  @parameterized.named_parameters((n, n) for n in registry.names())
+  def test_one_and_two_workers_agree(self, name):
+    task = test_utils.small_fmnist_task(self.create_tempdir().full_path)
+    one = _train(name, task, 1, self.create_tempdir().full_path)
+    two = _train(name, task, 2, self.create_tempdir().full_path)
+    for row_one, row_two in zip(one, two, strict=True):
+      self.assertEqual(row_one.keys(), row_two.keys())
+      for key in row_one:
+        if key == 'round_seconds':
+          continue
+        np.testing.assert_allclose(
+            np.asarray(eval(row_one[key]), np.float64),  # pylint: disable=eval-used
+            np.asarray(eval(row_two[key]), np.float64),  # pylint: disable=eval-used
+            rtol=1e-5, atol=1e-6, err_msg=f'{name}: {key}',
+        )
+
+
+def _metrics_without_timing(output_dir):
+  with open(os.path.join(output_dir, training.METRICS_CSV)) as f:
+    rows = list(csv.DictReader(f))
+  for row in rows:
+    del row['round_seconds']
+  return rows
+
+
+class WorkerFailureTest(absltest.TestCase):
+
+  def test_killed_worker_gives_a_clear_error_and_the_run_resumes(self):
+    data_dir = self.create_tempdir().full_path
+    test_utils.write_fashion_mnist_subset(data_dir, 600, 200)
+    marker = test_utils.new_marker()
+
+    def args(output_dir, workers=None):
+      flags = dict(rounds=5, num_clients=6, clients_per_round=4, model='mlp',
+                   batch_size=20, data_dir=data_dir, output_dir=output_dir)
+      if workers:
+        flags['workers'] = ','.join(w.address for w in workers)
+      return [f'--{k}={v}' for k, v in flags.items()]
+
+    reference_dir = self.create_tempdir().full_path
+    test_utils.run_module('experiments.fmnist', args(reference_dir),
+                          marker=marker)
+
+    output_dir = self.create_tempdir().full_path
+    workers = runtime.start_local_workers(2)
+    process = test_utils.start_module(
+        'experiments.fmnist', args(output_dir, workers), marker=marker,
+        log_path=os.path.join(output_dir, 'failed.log'),
+    )
+    checkpoint = os.path.join(
+        output_dir, training.CHECKPOINT_DIR, 'program_state_2'
+    )
+    self.assertTrue(_wait_until(
+        lambda: os.path.exists(checkpoint) or process.poll() is not None, 300
+    ))
+    os.kill(workers[1].pid, signal.SIGKILL)
+    self.assertEqual(process.wait(timeout=120), 1)
+    with open(os.path.join(output_dir, 'failed.log')) as f:
+      log = f.read()
+    self.assertIn(f'error: The TFF worker at {workers[1].address} is not '
+                  'reachable', log)
+    self.assertNotIn('Traceback', log)
+    for worker in workers:
+      worker.stop()
+
+    # Restarted with new workers, the run resumes and matches a run that
+    # never failed (on one local worker).
+    workers = runtime.start_local_workers(2)
+    result = test_utils.run_module(
+        'experiments.fmnist', args(output_dir, workers), marker=marker
+    )
+    self.assertRegex(result.stderr, 'Resuming from the checkpoint of round')
+    for worker in workers:
+      worker.stop()
+    resumed = _metrics_without_timing(output_dir)
+    reference = _metrics_without_timing(reference_dir)
+    self.assertLen(resumed, 5)
+    for a, b in zip(resumed, reference):
+      for key in a:
+        self.assertAlmostEqual(float(a[key]), float(b[key]), places=5,
+                               msg=key)
+
+
+if __name__ == '__main__':
+  absltest.main()
