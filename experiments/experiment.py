@@ -5,14 +5,10 @@ A binary sets its defaults (`set_defaults`) and names its data set to
 optimisers, the training loop, outputs) is common.
 """
 
-import os
-
-os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')  # Before TensorFlow loads.
-
-# pylint: disable=g-import-not-at-top,g-bad-import-order
 from collections.abc import Callable
 import collections
 import json
+import os
 from typing import Optional
 
 import logging as logging_lib
@@ -31,7 +27,6 @@ from experiments import registry
 from experiments import runtime
 from experiments import tasks
 from experiments import training
-# pylint: enable=g-import-not-at-top,g-bad-import-order
 
 _SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi')
 _CLIENT_OPTIMIZERS = ('sgd', 'adam')
