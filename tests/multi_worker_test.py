@@ -3,12 +3,10 @@
 Loopback only: every worker here is started by this test or its subprocesses.
 """
 
-import csv
 import os
 import signal
 import subprocess
 import sys
-import time
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -21,13 +19,6 @@ from experiments import training
 from tests import test_utils
 
 
-def _wait_until(predicate, timeout: float) -> bool:
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    if predicate():
-      return True
-    time.sleep(0.05)
-  return predicate()
 
 
 class LauncherTest(absltest.TestCase):
@@ -56,7 +47,7 @@ class LauncherTest(absltest.TestCase):
     process.send_signal(signal.SIGTERM)
     self.assertEqual(process.wait(timeout=30), 0)
     self.assertTrue(
-        _wait_until(lambda: not test_utils.pids_with_marker(marker), 10)
+        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10)
     )
 
   def test_workers_die_with_a_killed_launcher(self):
@@ -65,7 +56,7 @@ class LauncherTest(absltest.TestCase):
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     self.assertTrue(
-        _wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
+        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
         f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 
@@ -110,12 +101,6 @@ class AgreementTest(parameterized.TestCase):
         )
 
 
-def _metrics_without_timing(output_dir):
-  with open(os.path.join(output_dir, training.METRICS_CSV)) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    del row['round_seconds']
-  return rows
 
 
 class WorkerFailureTest(absltest.TestCase):
@@ -145,7 +130,7 @@ class WorkerFailureTest(absltest.TestCase):
     checkpoint = os.path.join(
         output_dir, training.CHECKPOINT_DIR, 'program_state_2'
     )
-    self.assertTrue(_wait_until(
+    self.assertTrue(test_utils.wait_until(
         lambda: os.path.exists(checkpoint) or process.poll() is not None, 300
     ))
     os.kill(workers[1].pid, signal.SIGKILL)
@@ -167,8 +152,8 @@ class WorkerFailureTest(absltest.TestCase):
     self.assertRegex(result.stderr, 'Resuming from the checkpoint of round')
     for worker in workers:
       worker.stop()
-    resumed = _metrics_without_timing(output_dir)
-    reference = _metrics_without_timing(reference_dir)
+    resumed = test_utils.metrics_without_timing(output_dir)
+    reference = test_utils.metrics_without_timing(reference_dir)
     self.assertLen(resumed, 5)
     for a, b in zip(resumed, reference):
       for key in a:

@@ -4,7 +4,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 
 from absl.testing import absltest
 
@@ -30,13 +29,6 @@ _PROGRAM = textwrap.dedent("""
 """)
 
 
-def _wait_until(predicate, timeout: float) -> bool:
-  deadline = time.monotonic() + timeout
-  while time.monotonic() < deadline:
-    if predicate():
-      return True
-    time.sleep(0.1)
-  return predicate()
 
 
 class RuntimeTest(absltest.TestCase):
@@ -60,7 +52,7 @@ class RuntimeTest(absltest.TestCase):
     process.stdin.close()
     self.assertEqual(process.wait(timeout=120), 0)
     self.assertTrue(
-        _wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
+        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
         f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 
@@ -72,7 +64,7 @@ class RuntimeTest(absltest.TestCase):
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     self.assertTrue(
-        _wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
+        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
         f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 

@@ -1,11 +1,13 @@
 """Helpers shared by the tests: small real-format data, binaries, processes."""
 
+from collections.abc import Callable
 import gzip
 import os
 import sqlite3
 import struct
 import subprocess
 import sys
+import time
 from typing import Optional
 import uuid
 
@@ -15,6 +17,7 @@ import tensorflow_federated as tff
 from experiments import data
 from experiments import partition
 from experiments import tasks
+from experiments import training
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(data.__file__)))
 _MARKER_VARIABLE = 'TFF_AGGREGATORS_TEST_MARKER'
@@ -189,3 +192,21 @@ def start_module(
   finally:
     if log_path:
       log.close()  # The child holds its own descriptor.
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float) -> bool:
+  """Polls `predicate` until it holds or `timeout` seconds pass."""
+  deadline = time.monotonic() + timeout
+  while time.monotonic() < deadline:
+    if predicate():
+      return True
+    time.sleep(0.05)
+  return predicate()
+
+
+def metrics_without_timing(output_dir: str) -> list[dict[str, str]]:
+  """A run's metrics CSV rows without the (machine-dependent) round times."""
+  rows = training.read_metrics(output_dir)
+  for row in rows:
+    del row['round_seconds']
+  return rows

@@ -1,7 +1,6 @@
 """The training loop: seeded cohorts, FedAvg end to end, divergence, resume."""
 
 import collections
-import csv
 import json
 import os
 import signal
@@ -202,12 +201,6 @@ class ScheduleTest(absltest.TestCase):
     self.assertNotIn('client_lr', training.read_metrics(output_dir)[0])
 
 
-def _metrics_without_timing(output_dir: str) -> list[dict[str, str]]:
-  with open(os.path.join(output_dir, training.METRICS_CSV)) as f:
-    rows = list(csv.DictReader(f))
-  for row in rows:
-    del row['round_seconds']
-  return rows
 
 
 class BinaryTest(absltest.TestCase):
@@ -247,7 +240,7 @@ class BinaryTest(absltest.TestCase):
     test_utils.run_module(
         'experiments.fmnist', self._args(reference_dir), marker=marker
     )
-    expected = _metrics_without_timing(reference_dir)
+    expected = test_utils.metrics_without_timing(reference_dir)
 
     def round_2_released(output_dir):
       path = os.path.join(output_dir, training.METRICS_CSV)
@@ -268,7 +261,7 @@ class BinaryTest(absltest.TestCase):
         self.assertRegex(
             result.stderr, r'Resuming from the checkpoint of round [1234]'
         )
-        self.assertEqual(_metrics_without_timing(output_dir), expected)
+        self.assertEqual(test_utils.metrics_without_timing(output_dir), expected)
         for name in [training.SUMMARY_JSON, 'partition.json', 'accuracy.png']:
           self.assertTrue(os.path.exists(os.path.join(output_dir, name)))
     self.assertEmpty(test_utils.pids_with_marker(marker), 'worker left behind')
