@@ -7,7 +7,11 @@ its builder. Every experiment binary accepts every registered name.
 from collections.abc import Callable
 import dataclasses
 
+from absl import flags
 import tensorflow_federated as tff
+
+import tff_aggregators
+from tff_aggregators.aggregators import fedglad
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,4 +78,30 @@ def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       model_fn=inputs.model_fn,
       client_optimizer_fn=inputs.client_optimizer_fn,
       server_optimizer_fn=inputs.server_optimizer_fn,
+  )
+
+
+FEDGLAD_GAMMA = flags.DEFINE_float(
+    'fedglad_gamma', 0.02, 'FedGLAD bounding factor gamma (Eq. 15).'
+)
+FEDGLAD_BETA = flags.DEFINE_float(
+    'fedglad_beta', 0.9, 'FedGLAD moving-average decay beta (Eq. 12).'
+)
+FEDGLAD_GROUPING = flags.DEFINE_enum(
+    'fedglad_grouping', 'per_variable', fedglad.GROUPINGS,
+    'FedGLAD parameter groups: one per trainable variable, or the whole model.',
+)
+
+
+@register('fedglad')
+def _fedglad(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
+  """FedGLAD on FedAvg/FedAvgM/FedProx (scaled update) or Adam/Yogi."""
+  return tff_aggregators.build_fedglad_process(
+      inputs.model_fn,
+      inputs.client_optimizer_fn,
+      inputs.server_optimizer_fn,
+      proximal_strength=inputs.proximal_strength,
+      gamma=FEDGLAD_GAMMA.value,
+      beta=FEDGLAD_BETA.value,
+      grouping=FEDGLAD_GROUPING.value,
   )

@@ -12,6 +12,7 @@ from experiments import experiment
 from experiments import registry
 from experiments import runtime
 from experiments import training
+from tests import test_utils
 
 
 def setUpModule():
@@ -49,7 +50,7 @@ class RegistryTest(absltest.TestCase):
 
   def test_fedavg_and_fedprox(self):
     inputs = dict(
-        model_fn=_tiny_model_fn,
+        model_fn=test_utils.tiny_model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
         server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
         server_optimizer='sgd',
@@ -69,18 +70,6 @@ class RegistryTest(absltest.TestCase):
         fedavg.next.type_signature.parameter.state.member.client_work,
         fedprox.next.type_signature.parameter.state.member.client_work,
     )
-
-
-def _tiny_model_fn():
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  import tensorflow_federated as tff  # pylint: disable=g-import-not-at-top
-
-  keras_model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])
-  return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
-  )
 
 
 class PathTest(absltest.TestCase):

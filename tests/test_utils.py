@@ -210,3 +210,60 @@ def metrics_without_timing(output_dir: str) -> list[dict[str, str]]:
   for row in rows:
     del row['round_seconds']
   return rows
+
+
+def tiny_model_fn() -> tff.learning.models.VariableModel:
+  """A 3-feature, 2-class linear Keras model (kernel and bias)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.Dense(
+          2, input_shape=(3,), kernel_initializer='glorot_uniform'
+      )
+  ])
+  return tff.learning.models.from_keras_model(
+      keras_model,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
+  )
+
+
+def tiny_client_datasets(num_clients: int, seed: int = 0) -> list:
+  """Datasets for `tiny_model_fn`: client k has 2 + k examples, one batch."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(seed)
+  datasets = []
+  for k in range(num_clients):
+    n = 2 + k
+    x = rng.normal(size=(n, 3)).astype(np.float32) + k
+    y = rng.integers(0, 2, size=n).astype(np.int64)
+    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(n))
+  return datasets
+
+
+def client_deltas(
+    model_fn, client_optimizer_fn, weights, datasets
+) -> tuple[list[list[np.ndarray]], np.ndarray]:
+  """Each client's model delta from `weights`, and its number of examples.
+
+  Runs one round of plain FedAvg (server SGD, learning rate 1) on each client
+  alone: the new model is `weights - delta_k`. For checking server rules end
+  to end against NumPy.
+  """
+  fedavg = tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn,
+      client_optimizer_fn,
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+  )
+  state = fedavg.set_model_weights(fedavg.initialize(), weights)
+  deltas, sizes = [], []
+  for dataset in datasets:
+    output = fedavg.next(state, [dataset])
+    new = fedavg.get_model_weights(output.state).trainable
+    deltas.append([
+        np.asarray(w, np.float64) - np.asarray(n, np.float64)
+        for w, n in zip(weights.trainable, new)
+    ])
+    sizes.append(output.metrics['client_work']['train']['num_examples'])
+  return deltas, np.asarray(sizes, np.float64)

@@ -5,4 +5,9 @@ that composes into `tff.learning`, plus a `build_<method>_process` builder in
 the style of `tff.learning.algorithms.build_weighted_fed_avg`.
 """
 
+from tff_aggregators.aggregators.collect import CollectAllFactory
+from tff_aggregators.aggregators.fedglad import FedGladFactory
+from tff_aggregators.algorithms.fedglad import build_fedglad_process
+from tff_aggregators.finalizers.glad_adaptive import build_glad_adaptive_finalizer
+
 __version__ = '0.1.0'

@@ -1,2 +1,3 @@
-"""`build_<method>_process` builders, in the style of
-`tff.learning.algorithms.build_weighted_fed_avg`."""
+"""`build_<method>_process` builders returning `tff.learning` processes."""
+
+from tff_aggregators.algorithms.fedglad import build_fedglad_process

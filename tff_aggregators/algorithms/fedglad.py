@@ -1,0 +1,163 @@
+"""`build_fedglad_process`: FedAvg, FedAvgM, FedProx or FedAdam with FedGLAD."""
+
+from collections.abc import Callable
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tensorflow_federated.python.learning.templates import proximal_client_work
+from tff_aggregators.aggregators import fedglad
+from tff_aggregators.finalizers import glad_adaptive
+
+SCALINGS = ('auto', 'update', 'first_moment')
+
+
+def build_fedglad_process(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    *,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES
+    ),
+    proximal_strength: float = 0.0,
+    gamma: float = 0.02,
+    beta: float = 0.9,
+    grouping: str = 'per_variable',
+    server_update_scaling: str = 'auto',
+    inner_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    metrics_aggregator=None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE
+    ),
+) -> tff.learning.templates.LearningProcess:
+  """A FedAvg-style process whose server step is adapted by FedGLAD.
+
+  Like `tff.learning.algorithms.build_weighted_fed_avg` (or
+  `build_weighted_fed_prox` when `proximal_strength > 0`), with the update
+  aggregated by `tff_aggregators.FedGladFactory`. How the multipliers reach
+  the server optimizer (spec `fedglad.md` section 2.5):
+
+  * SGD or momentum (`tff.learning.optimizers.build_sgdm`): the mean update
+    is scaled before the optimizer (FedAvg, FedAvgM, FedProx).
+  * Adam or Yogi (`build_adam`, `build_yogi`): only the first-moment input is
+    scaled, by `tff_aggregators.finalizers.glad_adaptive` composed with
+    `tff.learning.templates.compose_learning_process`.
+
+  Args:
+    model_fn: No-arg callable returning a `tff.learning.models.VariableModel`.
+    client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
+    server_optimizer_fn: A `tff.learning.optimizers.Optimizer`; default SGD
+      with learning rate 1.0 (FedAvg).
+    client_weighting: How client updates are weighted (the paper's Eq. 3 is
+      `UNIFORM`; with equal-size clients both agree).
+    proximal_strength: FedProx's mu; 0 trains clients with plain FedAvg.
+    gamma: FedGLAD's bounding factor (Eq. 15).
+    beta: Decay of the GSI moving average (Eq. 12).
+    grouping: `'per_variable'` (paper default) or `'universal'`.
+    server_update_scaling: `'update'` (scale the update, for SGD-type
+      servers), `'first_moment'` (Adam/Yogi only) or `'auto'` (the first for
+      `build_sgdm`, the second for `build_adam`/`build_yogi`; other
+      optimizers must choose).
+    inner_aggregator: The weighted mean factory FedGLAD wraps; default
+      `tff.aggregators.MeanFactory(no_nan_division=True)`.
+    metrics_aggregator: As in `build_weighted_fed_avg`.
+    loop_implementation: As in `build_weighted_fed_avg`.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`.
+
+  Raises:
+    ValueError: On an unknown `server_update_scaling`, or one that does not
+      fit the server optimizer.
+  """
+  if server_optimizer_fn is None:
+    server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  if not isinstance(server_optimizer_fn, tff.learning.optimizers.Optimizer):
+    raise TypeError(
+        'build_fedglad_process needs a tff.learning.optimizers.Optimizer as '
+        f'server_optimizer_fn, got {server_optimizer_fn!r}.'
+    )
+  if server_update_scaling not in SCALINGS:
+    raise ValueError(
+        f'server_update_scaling must be one of {SCALINGS}, got '
+        f'{server_update_scaling!r}.'
+    )
+  kind = glad_adaptive.optimizer_kind(server_optimizer_fn)
+  adaptive = kind in glad_adaptive.ADAPTIVE_KINDS
+  if server_update_scaling == 'auto':
+    if kind is None:
+      raise ValueError(
+          'build_fedglad_process cannot tell how FedGLAD should scale the '
+          f'update for {server_optimizer_fn!r}: pass '
+          "server_update_scaling='update' to scale it before the optimizer."
+      )
+    server_update_scaling = 'first_moment' if adaptive else 'update'
+  if server_update_scaling == 'first_moment' and not adaptive:
+    raise ValueError(
+        "server_update_scaling='first_moment' needs a server optimizer built "
+        'by tff.learning.optimizers.build_adam or build_yogi, got '
+        f'{server_optimizer_fn!r}.'
+    )
+  glad_options = dict(
+      gamma=gamma, beta=beta, grouping=grouping, inner=inner_aggregator
+  )
+  if server_update_scaling == 'update':
+    aggregator = fedglad.FedGladFactory(**glad_options)
+    if proximal_strength > 0:
+      return tff.learning.algorithms.build_weighted_fed_prox(
+          model_fn=model_fn,
+          proximal_strength=proximal_strength,
+          client_optimizer_fn=client_optimizer_fn,
+          server_optimizer_fn=server_optimizer_fn,
+          client_weighting=client_weighting,
+          model_aggregator=aggregator,
+          metrics_aggregator=metrics_aggregator,
+          loop_implementation=loop_implementation,
+      )
+    return tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn=model_fn,
+        client_optimizer_fn=client_optimizer_fn,
+        server_optimizer_fn=server_optimizer_fn,
+        client_weighting=client_weighting,
+        model_aggregator=aggregator,
+        metrics_aggregator=metrics_aggregator,
+        loop_implementation=loop_implementation,
+    )
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  model_weights_type = initial_model_weights_fn.type_signature.result
+  if proximal_strength > 0:
+    client_work = proximal_client_work.build_model_delta_client_work(
+        model_fn=model_fn,
+        optimizer=client_optimizer_fn,
+        client_weighting=client_weighting,
+        delta_l2_regularizer=proximal_strength,
+        metrics_aggregator=metrics_aggregator,
+        loop_implementation=loop_implementation,
+    )
+  else:
+    client_work = tff.learning.templates.build_model_delta_client_work(
+        model_fn=model_fn,
+        optimizer=client_optimizer_fn,
+        client_weighting=client_weighting,
+        metrics_aggregator=metrics_aggregator,
+        loop_implementation=loop_implementation,
+    )
+  aggregator = fedglad.FedGladFactory(
+      emit='update_and_multipliers', **glad_options
+  ).create(model_weights_type.trainable, tff.TensorType(np.float32))
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(model_weights_type),
+      client_work,
+      aggregator,
+      glad_adaptive.build_glad_adaptive_finalizer(
+          server_optimizer_fn, model_weights_type
+      ),
+  )

@@ -1,0 +1,195 @@
+"""FedGLAD with an adaptive server optimizer: only the first moment is scaled.
+
+With Adam (or Yogi) on the server, FedGLAD scales the update that enters the
+first moment and leaves the second moment on the unscaled update (spec
+`fedglad.md` section 2.5, paper Algorithm 1 lines 8-10 and Appendix E):
+
+  m <- beta_1 m + (1 - beta_1) s * gbar
+  v <- beta_2 v + (1 - beta_2) gbar^2                       (Adam)
+  v <- v + (1 - beta_2) sign(gbar^2 - v) gbar^2             (Yogi)
+  w <- w - lr sqrt(1 - beta_2^n) / (1 - beta_1^n) m / (sqrt(v) + eps)
+
+Shrinking gbar would shrink v too and so raise Adam's step; scaling only m
+avoids that. The Yogi rule is the spec's extrapolation (not in the paper).
+
+`build_glad_adaptive_finalizer` takes the server optimizer as built by
+`tff.learning.optimizers.build_adam` or `build_yogi`: its state, initial
+values and hyperparameters are that optimizer's, and the arithmetic is TFF's
+own (same operations in the same order), so with every multiplier 1 the step
+equals TFF's Adam/Yogi step bit for bit. The process expects the result of
+`FedGladFactory(emit='update_and_multipliers')` as its update.
+"""
+
+import collections
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tensorflow_federated.python.learning.optimizers import adam
+from tensorflow_federated.python.learning.optimizers import sgdm
+from tensorflow_federated.python.learning.optimizers import yogi
+
+# TFF 0.87 exposes these optimizers only through their builders.
+_KINDS = {sgdm._SGD: 'sgdm', adam._Adam: 'adam', yogi._Yogi: 'yogi'}  # pylint: disable=protected-access
+ADAPTIVE_KINDS = ('adam', 'yogi')
+
+
+def optimizer_kind(optimizer: Any) -> str | None:
+  """'sgdm', 'adam' or 'yogi' for TFF's `build_sgdm`/`build_adam`/`build_yogi`.
+
+  None for any other optimizer.
+  """
+  return _KINDS.get(type(optimizer))
+
+
+def build_glad_adaptive_finalizer(
+    optimizer: tff.learning.optimizers.Optimizer,
+    model_weights_type: tff.StructType,
+) -> tff.learning.templates.FinalizerProcess:
+  """A finalizer applying FedGLAD's scaled-first-moment Adam or Yogi step.
+
+  Args:
+    optimizer: `tff.learning.optimizers.build_adam(...)` or `build_yogi(...)`;
+      its hyperparameters (and state layout) are used. The spec's Adam uses
+      epsilon=1e-8 (TFF's default is 1e-7).
+    model_weights_type: The `tff.learning.models.ModelWeights` type.
+
+  Returns:
+    A `FinalizerProcess` whose `next(state, weights@SERVER,
+    OrderedDict(update, multipliers)@SERVER)` updates the trainable weights
+    (non-trainable weights are left as they are). A non-finite step is
+    rejected (weights and state unchanged) and counted in the measurement
+    `update_non_finite`, as TFF's own finalizer does.
+
+  Raises:
+    TypeError: If `optimizer` is not TFF's Adam or Yogi, or
+      `model_weights_type` is not a `ModelWeights` type.
+  """
+  kind = optimizer_kind(optimizer)
+  if kind not in ADAPTIVE_KINDS:
+    raise TypeError(
+        'build_glad_adaptive_finalizer needs tff.learning.optimizers.'
+        f'build_adam or build_yogi, got {optimizer!r}. SGD and momentum '
+        'servers take the scaled update directly (FedGladFactory with '
+        "emit='scaled_update')."
+    )
+  if (
+      not isinstance(model_weights_type, tff.StructWithPythonType)
+      or model_weights_type.python_container
+      is not tff.learning.models.ModelWeights
+  ):
+    raise TypeError(
+        'model_weights_type must be a tff.learning.models.ModelWeights type, '
+        f'got {model_weights_type}.'
+    )
+  trainable_type = model_weights_type.trainable
+  num_leaves = len(tf.nest.flatten(
+      tff.types.structure_from_tensor_type_tree(lambda t: t, trainable_type)
+  ))
+  update_type = tff.types.to_type(
+      collections.OrderedDict(
+          update=trainable_type,
+          multipliers=tff.TensorType(np.float32, [num_leaves]),
+      )
+  )
+
+  @tff.tensorflow.computation
+  def initial_state():
+    specs = tff.types.type_to_tf_tensor_specs(trainable_type)
+    return optimizer.initialize(specs)
+
+  state_type = initial_state.type_signature.result
+
+  @tff.tensorflow.computation(state_type, trainable_type, update_type)
+  def step(state, weights, glad_update):
+    lr = state['learning_rate']
+    beta_1, beta_2 = state['beta_1'], state['beta_2']
+    epsilon = state['epsilon']
+    n = state['step'] + 1
+    normalized_lr = (
+        lr
+        * tf.math.sqrt(1.0 - tf.math.pow(beta_2, tf.cast(n, tf.float32)))
+        / (1.0 - tf.math.pow(beta_1, tf.cast(n, tf.float32)))
+    )
+    gradients = tf.nest.flatten(glad_update['update'])
+    multipliers = glad_update['multipliers']
+    new_weights, new_m, new_v = [], [], []
+    for i, (w, m, v, g) in enumerate(
+        zip(
+            tf.nest.flatten(weights),
+            tf.nest.flatten(state['accumulator']),
+            tf.nest.flatten(state['preconditioner']),
+            gradients,
+        )
+    ):
+      scaled = g * tf.cast(multipliers[i], g.dtype)
+      m = m + (scaled - m) * (1.0 - tf.cast(beta_1, m.dtype))
+      if kind == 'adam':
+        v = v + (tf.math.square(g) - v) * (1.0 - tf.cast(beta_2, v.dtype))
+      else:
+        g2 = tf.math.square(g)
+        v = v + (1 - tf.cast(beta_2, g.dtype)) * tf.sign(g2 - v) * g2
+      w = w - tf.cast(normalized_lr, m.dtype) * m / (
+          tf.math.sqrt(v) + tf.cast(epsilon, v.dtype)
+      )
+      new_weights.append(w)
+      new_m.append(m)
+      new_v.append(v)
+    finite = tf.reduce_all(
+        [tf.reduce_all(tf.math.is_finite(x)) for x in new_weights + gradients]
+    )
+    new_state = collections.OrderedDict(state)
+    new_state['step'] = n
+    new_state['accumulator'] = tf.nest.pack_sequence_as(
+        state['accumulator'], new_m
+    )
+    new_state['preconditioner'] = tf.nest.pack_sequence_as(
+        state['preconditioner'], new_v
+    )
+    new_weights = tf.nest.pack_sequence_as(weights, new_weights)
+    keep = lambda new, old: tf.nest.map_structure(
+        lambda a, b: tf.where(finite, a, b), new, old
+    )
+    measurements = collections.OrderedDict(
+        update_non_finite=1 - tf.cast(finite, tf.int32)
+    )
+    return keep(new_state, state), keep(new_weights, weights), measurements
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_eval(initial_state, tff.SERVER)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(model_weights_type, tff.SERVER),
+      tff.FederatedType(update_type, tff.SERVER),
+  )
+  def next_fn(state, weights, glad_update):
+    new_state, new_trainable, measurements = tff.federated_map(
+        step, (state, weights.trainable, glad_update)
+    )
+    new_weights = tff.federated_zip(
+        tff.learning.models.ModelWeights(new_trainable, weights.non_trainable)
+    )
+    return tff.templates.MeasuredProcessOutput(
+        new_state, new_weights, measurements
+    )
+
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return optimizer.get_hparams(state)
+
+  @tff.tensorflow.computation(
+      state_type, get_hparams_fn.type_signature.result
+  )
+  def set_hparams_fn(state, hparams):
+    return optimizer.set_hparams(state, hparams)
+
+  return tff.learning.templates.FinalizerProcess(
+      init_fn,
+      next_fn,
+      get_hparams_fn=get_hparams_fn,
+      set_hparams_fn=set_hparams_fn,
+  )
