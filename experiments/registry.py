@@ -12,6 +12,7 @@ import tensorflow_federated as tff
 
 import tff_aggregators
 from tff_aggregators.aggregators import fedglad
+from tff_aggregators.finalizers import fedlws
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,4 +105,40 @@ def _fedglad(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       gamma=FEDGLAD_GAMMA.value,
       beta=FEDGLAD_BETA.value,
       grouping=FEDGLAD_GROUPING.value,
+  )
+
+
+FEDLWS_BETA = flags.DEFINE_float(
+    'fedlws_beta', 0.1,
+    'FedLWS beta (Eq. 8): paper 0.1 for CNN/MLP, 0.01 for ResNets.',
+)
+FEDLWS_TAU_CLIP = flags.DEFINE_list(
+    'fedlws_tau_clip', [],
+    'FedLWS: clip beta*tau to [low,high] as the official code does with '
+    '0.01,0.2; empty (paper) does not clip.',
+)
+FEDLWS_GROUPING = flags.DEFINE_enum(
+    'fedlws_grouping', 'layer', fedlws.GROUPINGS,
+    'FedLWS layers: kernel+bias (+normalization), Keras layers, or the model.',
+)
+
+
+@register('fedlws')
+def _fedlws(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
+  """FedLWS after FedAvg (or FedProx, or any --server_optimizer step)."""
+  tau_clip = None
+  if FEDLWS_TAU_CLIP.value:
+    if len(FEDLWS_TAU_CLIP.value) != 2:
+      raise ValueError(
+          f'--fedlws_tau_clip needs low,high; got {FEDLWS_TAU_CLIP.value}.'
+      )
+    tau_clip = tuple(float(x) for x in FEDLWS_TAU_CLIP.value)
+  return tff_aggregators.build_fedlws_process(
+      inputs.model_fn,
+      inputs.client_optimizer_fn,
+      inputs.server_optimizer_fn,
+      beta=FEDLWS_BETA.value,
+      tau_clip=tau_clip,
+      grouping=FEDLWS_GROUPING.value,
+      proximal_strength=inputs.proximal_strength,
   )

@@ -57,3 +57,50 @@ def glad_adaptive(weights, updates, multipliers, *, kind, lr,
         v[i] = v[i] + (1 - beta_2) * np.sign(gi**2 - v[i]) * gi**2
       w[i] = w[i] - step * m[i] / (np.sqrt(v[i]) + epsilon)
   return w, m, v
+
+
+def fedlws_tau(updates, valid=None, groups=None, mode='exact'):
+  """Spec fedlws.md Eq. 4: mean over valid clients of ||g_kl - gbar_l||."""
+  k_all = range(len(updates))
+  keep = [k for k in k_all if valid is None or valid[k]]
+  if not keep:
+    return np.zeros(len(groups))
+  flat = [
+      [np.concatenate([np.ravel(updates[k][i]).astype(np.float64) for i in g])
+       for g in groups]
+      for k in keep
+  ]
+  tau = []
+  for l in range(len(groups)):
+    rows = np.stack([f[l] for f in flat])
+    mean = rows.mean(axis=0)
+    if mode == 'exact':
+      tau.append(np.mean(np.linalg.norm(rows - mean, axis=1)))
+    else:
+      tau.append(np.sqrt(max(
+          np.mean(np.sum(rows**2, axis=1)) - np.sum(mean**2), 0.0)))
+  return np.array(tau)
+
+
+def fedlws_round(weights, deltas, client_weights, groups, *, beta,
+                 tau_clip=None, server_lr=1.0):
+  """One FedLWS round (spec 2.4) on TFF deltas (w - w_k); returns dict."""
+  w = [np.asarray(x, np.float64) for x in weights]
+  lam = np.asarray(client_weights, np.float64)
+  lam = lam / lam.sum()
+  mean = [sum(lam[k] * np.asarray(d[i], np.float64)
+              for k, d in enumerate(deltas)) for i in range(len(w))]
+  w_hat = [wi - server_lr * mi for wi, mi in zip(w, mean)]
+  tau = fedlws_tau(deltas, groups=groups)
+  gamma, new = [], list(w_hat)
+  for l, g in enumerate(groups):
+    s = np.sqrt(sum(np.sum(w[i]**2) for i in g))
+    m = np.sqrt(sum(np.sum((w_hat[i] - w[i])**2) for i in g))
+    b = beta * tau[l]
+    if tau_clip is not None:
+      b = min(max(b, tau_clip[0]), tau_clip[1])
+    gamma_l = s / (s + b * m) if s > 0 else 1.0
+    gamma.append(gamma_l)
+    for i in g:
+      new[i] = gamma_l * w_hat[i]
+  return dict(tau=tau, gamma=np.array(gamma), weights=new, w_hat=w_hat)

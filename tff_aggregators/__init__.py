@@ -7,7 +7,10 @@ the style of `tff.learning.algorithms.build_weighted_fed_avg`.
 
 from tff_aggregators.aggregators.collect import CollectAllFactory
 from tff_aggregators.aggregators.fedglad import FedGladFactory
+from tff_aggregators.aggregators.fedlws_stats import FedLwsStatsFactory
 from tff_aggregators.algorithms.fedglad import build_fedglad_process
+from tff_aggregators.algorithms.fedlws import build_fedlws_process
+from tff_aggregators.finalizers.fedlws import build_fedlws_finalizer
 from tff_aggregators.finalizers.glad_adaptive import build_glad_adaptive_finalizer
 
 __version__ = '0.1.0'

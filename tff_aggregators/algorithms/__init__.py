@@ -1,3 +1,4 @@
 """`build_<method>_process` builders returning `tff.learning` processes."""
 
 from tff_aggregators.algorithms.fedglad import build_fedglad_process
+from tff_aggregators.algorithms.fedlws import build_fedlws_process
