@@ -31,6 +31,7 @@ from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import data
@@ -72,10 +73,18 @@ def _fashion_mnist_task(*, num_clients, examples_per_client, model, alpha,
   indices = partition.partition(
       method, image_data.train_labels, num_clients, alpha=alpha, seed=seed
   )
-  return tasks.create_image_task(
+  task = tasks.create_image_task(
       image_data, indices, model=model, batch_size=64 if alpha else 20,
       local_epochs=1, normalization='unit',
   )
+  # FedLAW's proxy: 10 test examples per class, as the binaries take it.
+  proxy, _ = partition.proxy_split(image_data.test_labels, 100, 10, seed=seed)
+  proxy_data = task.datasets.eval_preprocess_fn(
+      task.datasets.test_data.batch(len(image_data.test_labels)).map(
+          lambda b: {k: tf.gather(v, proxy) for k, v in b.items()}
+      ).unbatch()
+  ).unbatch()
+  return task, proxy_data
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -86,7 +95,7 @@ def _peak_rss_mb(pid: int) -> float:
   return float('nan')
 
 
-def _measure(name, task, *, clients_per_round, num_workers):
+def _measure(name, task, proxy_data, *, clients_per_round, num_workers):
   """Trains `name`; returns median round seconds and peak memory."""
   workers = runtime.use_local_workers(num_workers)
   process = registry.build_process(
@@ -96,6 +105,8 @@ def _measure(name, task, *, clients_per_round, num_workers):
           client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05),
           server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
           server_optimizer='sgd',
+          clients_per_round=clients_per_round,
+          proxy_data=proxy_data,
       ),
   )
   with tempfile.TemporaryDirectory() as output_dir:
@@ -128,20 +139,24 @@ def _measure(name, task, *, clients_per_round, num_workers):
 
 def _run_setting(setting, aggregators):
   if setting.startswith('fmnist20'):
-    task = _fashion_mnist_task(num_clients=20, examples_per_client=None,
-                               model='mlp', alpha=0.5)
+    task, proxy_data = _fashion_mnist_task(
+        num_clients=20, examples_per_client=None, model='mlp', alpha=0.5)
     clients_per_round = 20
   elif setting == 'cnn1m_50':
-    task = _fashion_mnist_task(num_clients=50, examples_per_client=20,
-                               model='fedavg_cnn', alpha=None)
+    task, proxy_data = _fashion_mnist_task(
+        num_clients=50, examples_per_client=20, model='fedavg_cnn',
+        alpha=None)
     clients_per_round = 50
   else:
     raise ValueError(f'Unknown setting {setting}.')
   num_workers = 2 if setting.endswith('2workers') else 1
+  # FedLWS's exact tau cannot be split over workers; its one pass can.
+  flags.FLAGS.fedlws_tau_mode = 'rms' if num_workers > 1 else 'exact'
   results = collections.OrderedDict()
   for name in aggregators:
     logging.info('%s: %s', setting, name)
-    results[name] = _measure(name, task, clients_per_round=clients_per_round,
+    results[name] = _measure(name, task, proxy_data,
+                             clients_per_round=clients_per_round,
                              num_workers=num_workers)
   fedavg = results['fedavg']['median_round_seconds']
   for result in results.values():

@@ -40,14 +40,14 @@ def main(argv: list[str]) -> None:
   output_root = experiment.resolve_path(
       experiment.OUTPUT_DIR.value or 'runs/demo'
   )
-  task, partition_info = experiment.load_partitioned_task('fmnist')
+  task, partition_info, proxy_data = experiment.load_partitioned_task('fmnist')
   summaries = collections.OrderedDict()
   curves = collections.OrderedDict()
   for aggregator in aggregators:
     output_dir = os.path.join(output_root, aggregator)
     summaries[aggregator] = experiment.run(
         task, aggregator=aggregator, output_dir=output_dir,
-        partition_info=partition_info,
+        partition_info=partition_info, proxy_data=proxy_data,
     )
     curves[aggregator] = training.accuracy_curve(
         training.read_metrics(output_dir), 'sparse_categorical_accuracy'

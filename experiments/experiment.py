@@ -7,6 +7,7 @@ optimisers, the training loop, outputs) is common.
 
 from collections.abc import Callable
 import collections
+import dataclasses
 import json
 import os
 from typing import Optional
@@ -125,6 +126,15 @@ OUTPUT_DIR = flags.DEFINE_string(
     'directory bazel was run in. Default: runs/<task>/<aggregator>_seed<seed>.',
 )
 DATA_DIR = flags.DEFINE_string('data_dir', None, 'Where the data set is.')
+PROXY_SIZE = flags.DEFINE_integer(
+    'proxy_size', None,
+    'Server proxy set drawn from the test split (FedLAW; every method is then '
+    'evaluated on the rest of the split). Default 10 per class; 0: none.',
+)
+PROXY_DISTRIBUTION = flags.DEFINE_enum(
+    'proxy_distribution', 'balanced', partition.PROXY_DISTRIBUTIONS,
+    'Proxy set class distribution: balanced, or long-tailed (ratio 10).',
+)
 DOWNLOAD = flags.DEFINE_bool(
     'download', False, 'Let tensorflow-datasets download a missing data set.'
 )
@@ -196,7 +206,8 @@ _NON_RUN_FLAGS = frozenset([
 ])
 # Flags of one kind of binary only.
 _PARTITION_FLAGS = ('num_clients', 'partition', 'alpha', 'shards_per_client',
-                    'normalization', 'data_dir', 'download')
+                    'normalization', 'data_dir', 'download', 'proxy_size',
+                    'proxy_distribution')
 _BASELINE_TASK_FLAGS = ('cache_dir', 'use_synthetic_data', 'eval_examples',
                         'max_client_examples', 'sequence_length', 'vocab_size',
                         'crop_size', 'distort_train_images')
@@ -317,14 +328,24 @@ def _client_optimizer() -> tff.learning.optimizers.Optimizer:
 
 def load_partitioned_task(
     dataset: str,
-) -> tuple[tff.simulation.baselines.BaselineTask, dict[str, np.ndarray]]:
+) -> tuple[
+    tff.simulation.baselines.BaselineTask,
+    dict[str, np.ndarray],
+    Optional[tf.data.Dataset],
+]:
   """Loads the data set, partitions it over clients and builds the task.
+
+  With `--proxy_size` (default 10 per class) a server proxy set is taken out
+  of the test split first (`partition.proxy_split`), for every aggregator, so
+  all are evaluated on the same remaining examples.
 
   Args:
     dataset: A name in `data.DATASETS`.
 
   Returns:
-    The task and the partition's description (client sizes, label counts).
+    The task, the partition's description (client sizes, label counts, proxy
+    indices into the test split) and the proxy set (unbatched model-input
+    (x, y) examples, or None).
   """
   _refuse_flags(_BASELINE_TASK_FLAGS, dataset)
   _resolve_learning_rates(0.05, 1.0)
@@ -343,8 +364,24 @@ def load_partitioned_task(
         shards_per_client=SHARDS_PER_CLIENT.value,
         seed=SEED.value,
     )
+    proxy_size = PROXY_SIZE.value
+    if proxy_size is None:
+      proxy_size = 10 * image_data.num_classes
+    proxy_indices = rest = None
+    if proxy_size:
+      proxy_indices, rest = partition.proxy_split(
+          image_data.test_labels, proxy_size, image_data.num_classes,
+          distribution=PROXY_DISTRIBUTION.value, seed=SEED.value,
+      )
   except (data_lib.DataNotFoundError, ValueError) as e:
     raise SystemExit(f'error: {e}') from e
+  full_test = image_data
+  if proxy_indices is not None:
+    image_data = dataclasses.replace(
+        image_data,
+        test_images=image_data.test_images[rest],
+        test_labels=image_data.test_labels[rest],
+    )
   label_counts = partition.label_counts(
       image_data.train_labels, client_indices, image_data.num_classes
   )
@@ -363,9 +400,19 @@ def load_partitioned_task(
       normalization=NORMALIZATION.value,
       weight_decay=WEIGHT_DECAY.value,
   )
-  return task, collections.OrderedDict(
+  info = collections.OrderedDict(
       client_sizes=label_counts.sum(axis=1), label_counts=label_counts
   )
+  proxy_data = None
+  if proxy_indices is not None:
+    info['proxy_test_indices'] = proxy_indices
+    proxy_data = task.datasets.eval_preprocess_fn(
+        tf.data.Dataset.from_tensor_slices(collections.OrderedDict(
+            image=full_test.test_images[proxy_indices],
+            label=full_test.test_labels[proxy_indices],
+        ))
+    ).unbatch()
+  return task, info, proxy_data
 
 
 def default_output_dir(task_name: str, aggregator: str) -> str:
@@ -381,6 +428,7 @@ def run(
     output_dir: str,
     partition_info: Optional[dict[str, np.ndarray]] = None,
     eval_data: Optional[tf.data.Dataset] = None,
+    proxy_data: Optional[tf.data.Dataset] = None,
 ) -> collections.OrderedDict[str, object]:
   """Trains `aggregator` on `task` with the flags' settings into `output_dir`.
 
@@ -392,6 +440,7 @@ def run(
     output_dir: The run directory.
     partition_info: Written to `partition.json` when given.
     eval_data: Evaluation data (default: the task's test data).
+    proxy_data: The server proxy set, for methods that use one (FedLAW).
 
   Returns:
     The run's summary (see `training.train`).
@@ -427,6 +476,9 @@ def run(
           server_optimizer_fn=_server_optimizer(),
           server_optimizer=SERVER_OPTIMIZER.value,
           proximal_strength=PROXIMAL_STRENGTH.value,
+          clients_per_round=CLIENTS_PER_ROUND.value,
+          proxy_data=proxy_data,
+          seed=SEED.value,
       ),
   )
   logging.info('%s: writing to %s', aggregator, output_dir)
@@ -448,6 +500,15 @@ def run(
   except (runtime.WorkerUnavailableError,
           training.TrainingDivergedError) as e:
     raise SystemExit(f'error: {e}') from e
+  except ValueError as e:
+    if 'aggregate dependent on another' not in str(e):
+      raise
+    raise SystemExit(
+        f'error: --aggregator={aggregator} aggregates twice in a round (the '
+        'second phase depends on the first), which TFF 0.87\'s multi-worker '
+        'runtime cannot split over workers. Run it on one worker, or use its '
+        'one-pass option (FedLWS: --fedlws_tau_mode=rms).'
+    ) from e
 
 
 def image_classification_main(dataset: str) -> Callable[[list[str]], None]:
@@ -462,12 +523,13 @@ def image_classification_main(dataset: str) -> Callable[[list[str]], None]:
     if len(argv) > 1:
       raise SystemExit(f'error: unexpected arguments {argv[1:]}')
     quiet_other_info_logs()
-    task, partition_info = load_partitioned_task(dataset)
+    task, partition_info, proxy_data = load_partitioned_task(dataset)
     summary = run(
         task,
         aggregator=AGGREGATOR.value,
         output_dir=default_output_dir(dataset, AGGREGATOR.value),
         partition_info=partition_info,
+        proxy_data=proxy_data,
     )
     logging.info('summary: %s', dict(summary))
 

@@ -180,3 +180,53 @@ def _num_classes(labels: np.ndarray, num_classes: Optional[int]) -> int:
         f'num_classes={num_classes} but the labels go up to {inferred - 1}.'
     )
   return num_classes
+
+
+PROXY_DISTRIBUTIONS = ('balanced', 'long_tailed')
+
+
+def proxy_split(
+    labels: np.ndarray,
+    size: int,
+    num_classes: int,
+    *,
+    distribution: str = 'balanced',
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray]:
+  """A server proxy set drawn from a test split, and the rest (FedLAW 6.3).
+
+  The split is permuted with `RandomState(seed)`; the proxy takes the first
+  `size // num_classes` examples of each class met (`'balanced'`), or
+  `size / C * 0.1**(j / (C - 1))` of class j (`'long_tailed'`, imbalance
+  ratio 10). Every method is then evaluated on the rest.
+
+  Returns:
+    (proxy indices, remaining indices) into `labels`, each sorted.
+
+  Raises:
+    ValueError: If a class has too few examples.
+  """
+  if distribution not in PROXY_DISTRIBUTIONS:
+    raise ValueError(f'Unknown proxy distribution {distribution!r}; use one '
+                     f'of {PROXY_DISTRIBUTIONS}.')
+  per_class = size / num_classes
+  if distribution == 'balanced':
+    counts = [int(per_class)] * num_classes
+  else:
+    counts = [
+        max(1, int(per_class * 0.1 ** (j / max(num_classes - 1, 1))))
+        for j in range(num_classes)
+    ]
+  order = np.random.RandomState(seed).permutation(len(labels))
+  proxy = []
+  for label, count in enumerate(counts):
+    members = order[labels[order] == label][:count]
+    if len(members) < count:
+      raise ValueError(
+          f'The proxy set needs {count} examples of class {label}; the split '
+          f'has {len(members)}. Lower --proxy_size.'
+      )
+    proxy.append(members)
+  proxy = np.sort(np.concatenate(proxy)).astype(np.int64)
+  rest = np.setdiff1d(np.arange(len(labels)), proxy).astype(np.int64)
+  return proxy, rest

@@ -7,11 +7,15 @@ its builder. Every experiment binary accepts every registered name.
 from collections.abc import Callable
 import dataclasses
 
+from typing import Optional
+
 from absl import flags
+import tensorflow as tf
 import tensorflow_federated as tff
 
 import tff_aggregators
 from tff_aggregators.aggregators import fedglad
+from tff_aggregators.finalizers import fedlaw
 from tff_aggregators.finalizers import fedlws
 
 
@@ -26,6 +30,10 @@ class ProcessInputs:
     server_optimizer: The server optimizer's name (`sgd`, `sgdm`, `adam`,
       `yogi`), for methods whose rule depends on it.
     proximal_strength: FedProx's mu on the clients; 0 is plain local SGD.
+    clients_per_round: The cohort size (collect-all capacity), if known.
+    proxy_data: The server's proxy set of unbatched (x, y) model inputs, for
+      methods that learn on one (FedLAW); None when the binary has none.
+    seed: The run's seed.
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -33,6 +41,9 @@ class ProcessInputs:
   server_optimizer_fn: tff.learning.optimizers.Optimizer
   server_optimizer: str
   proximal_strength: float = 0.0
+  clients_per_round: Optional[int] = None
+  proxy_data: Optional[tf.data.Dataset] = None
+  seed: int = 0
 
 
 Builder = Callable[[ProcessInputs], tff.learning.templates.LearningProcess]
@@ -117,6 +128,11 @@ FEDLWS_TAU_CLIP = flags.DEFINE_list(
     'FedLWS: clip beta*tau to [low,high] as the official code does with '
     '0.01,0.2; empty (paper) does not clip.',
 )
+FEDLWS_TAU_MODE = flags.DEFINE_enum(
+    'fedlws_tau_mode', 'exact', ('exact', 'rms'),
+    'FedLWS tau: exact (paper Eq. 4, two aggregation phases; one worker '
+    'only) or rms (one pass, an upper bound; works on several workers).',
+)
 FEDLWS_GROUPING = flags.DEFINE_enum(
     'fedlws_grouping', 'layer', fedlws.GROUPINGS,
     'FedLWS layers: kernel+bias (+normalization), Keras layers, or the model.',
@@ -140,5 +156,60 @@ def _fedlws(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       beta=FEDLWS_BETA.value,
       tau_clip=tau_clip,
       grouping=FEDLWS_GROUPING.value,
+      tau_mode=FEDLWS_TAU_MODE.value,
       proximal_strength=inputs.proximal_strength,
+  )
+
+
+FEDLAW_VARIANT = flags.DEFINE_enum(
+    'fedlaw_variant', 'fedlaw', fedlaw.VARIANTS,
+    'FedLAW: learn gamma and lambda, gamma only (adaptive GWS), lambda only '
+    '(attentive LAW), the SWA two-stage variant, or a fixed gamma (no proxy).',
+)
+FEDLAW_SERVER_EPOCHS = flags.DEFINE_integer(
+    'fedlaw_server_epochs', 100, 'FedLAW server epochs over the proxy set.'
+)
+FEDLAW_SERVER_LR = flags.DEFINE_float(
+    'fedlaw_server_lr', 0.005,
+    'FedLAW server Adam learning rate (official code: 0.01 for CIFAR-10, '
+    '0.005 otherwise).',
+)
+FEDLAW_PROXY_BATCH_SIZE = flags.DEFINE_integer(
+    'fedlaw_proxy_batch_size', 128, 'FedLAW proxy batch size.'
+)
+FEDLAW_FIXED_GAMMA = flags.DEFINE_float(
+    'fedlaw_fixed_gamma', 0.95, "gamma of --fedlaw_variant=fixed_gamma."
+)
+
+
+@register('fedlaw')
+def _fedlaw(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
+  """FedLAW: FedAvg clients, gamma and lambda learned on the proxy set."""
+  variant = FEDLAW_VARIANT.value
+  if inputs.proxy_data is None and variant != 'fixed_gamma':
+    raise ValueError(
+        'FedLAW learns on a server proxy set and this run has none: use '
+        '--proxy_size > 0 (image binaries), or --fedlaw_variant=fixed_gamma.'
+    )
+  if not inputs.clients_per_round:
+    raise ValueError('FedLAW needs the cohort size (clients_per_round).')
+  if inputs.proximal_strength > 0:
+    raise ValueError('FedLAW runs FedAvg clients; --proximal_strength is not '
+                     'supported with it.')
+  if inputs.server_optimizer != 'sgd':
+    raise ValueError(
+        'FedLAW replaces the server optimizer by its learned aggregation: use '
+        '--server_optimizer=sgd (its learning rate is not used).'
+    )
+  return tff_aggregators.build_fedlaw_process(
+      inputs.model_fn,
+      inputs.client_optimizer_fn,
+      inputs.proxy_data,
+      max_clients=inputs.clients_per_round,
+      variant=variant,
+      server_epochs=FEDLAW_SERVER_EPOCHS.value,
+      server_lr=FEDLAW_SERVER_LR.value,
+      proxy_batch_size=FEDLAW_PROXY_BATCH_SIZE.value,
+      fixed_gamma=FEDLAW_FIXED_GAMMA.value,
+      seed=inputs.seed,
   )

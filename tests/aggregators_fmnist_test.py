@@ -21,6 +21,8 @@ _SERVERS = {
     'sgdm': lambda: tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
     'adam': lambda: tff.learning.optimizers.build_adam(0.003, epsilon=1e-8),
 }
+# FedLAW's learned aggregation replaces the server optimizer.
+_UNSUPPORTED = {('fedlaw', 'sgdm'), ('fedlaw', 'adam')}
 
 
 def setUpModule():
@@ -36,20 +38,28 @@ class AggregatorsOnFashionMnistTest(parameterized.TestCase):
         absltest.get_default_test_tmpdir() + '/fmnist', num_clients=6,
         local_epochs=1,
     )
+    datasets = cls._task.datasets
+    cls._proxy = datasets.eval_preprocess_fn(
+        datasets.test_data.take(50)
+    ).unbatch()
 
   @parameterized.parameters(
       itertools.product(registry.names(), sorted(_SERVERS))
   )
   def test_three_rounds(self, aggregator, server):
-    process = registry.build_process(
-        aggregator,
-        registry.ProcessInputs(
-            model_fn=self._task.model_fn,
-            client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-            server_optimizer_fn=_SERVERS[server](),
-            server_optimizer=server,
-        ),
+    inputs = registry.ProcessInputs(
+        model_fn=self._task.model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=_SERVERS[server](),
+        server_optimizer=server,
+        clients_per_round=4,
+        proxy_data=self._proxy,
     )
+    if (aggregator, server) in _UNSUPPORTED:
+      with self.assertRaisesRegex(ValueError, 'server_optimizer'):
+        registry.build_process(aggregator, inputs)
+      return
+    process = registry.build_process(aggregator, inputs)
     output_dir = self.create_tempdir().full_path
     summary = training.train(
         process,

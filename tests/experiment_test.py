@@ -26,7 +26,8 @@ class Cifar10MainTest(absltest.TestCase):
     with tfds.testing.mock_data(num_examples=40), flagsaver.flagsaver(
         aggregator='fedavg', rounds=1, num_clients=4, clients_per_round=2,
         model='simple_cnn', normalization='symmetric', batch_size=10,
-        partition='iid', data_dir=self.create_tempdir().full_path,
+        partition='iid', proxy_size=0,
+        data_dir=self.create_tempdir().full_path,
         output_dir=output_dir,
     ):
       experiment.image_classification_main('cifar10')(['cifar10'])

@@ -104,3 +104,81 @@ def fedlws_round(weights, deltas, client_weights, groups, *, beta,
     for i in g:
       new[i] = gamma_l * w_hat[i]
   return dict(tau=tau, gamma=np.array(gamma), weights=new, w_hat=w_hat)
+
+
+def _linear_proxy_loss_and_grad(w, x, y):
+  """Mean softmax cross-entropy of logits x @ K + b, w = [K (3x2), b (2)]."""
+  kernel, bias = w[:6].reshape(3, 2), w[6:]
+  logits = x @ kernel + bias
+  logits = logits - logits.max(axis=1, keepdims=True)
+  probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
+  n = len(y)
+  loss = -np.mean(np.log(probs[np.arange(n), y]))
+  dlogits = probs.copy()
+  dlogits[np.arange(n), y] -= 1
+  dlogits /= n
+  return loss, np.concatenate([(x.T @ dlogits).ravel(), dlogits.sum(axis=0)])
+
+
+def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
+                  learn_lambda=True, swa=False):
+  """FedLAW's search (spec 2.4, 4.3) for the 3->2 linear softmax model.
+
+  Chain rule through lambda = softmax(x_l) (Jacobian diag(l) - l l^T) and
+  gamma = exp(x_g); PyTorch Adam (0.5, 0.999, 1e-8); StepLR(20, 0.5), or the
+  SWA stage-1 schedule. `batch_order(epoch)` gives the epoch's batches as
+  index arrays. Returns (gamma, lambda, new weights).
+  """
+  rows = np.asarray(rows, np.float64)
+
+  def run(x_g, x_l, n_epochs, learn_g, learn_l, lr_of, use_swa):
+    m, v, mg, vg, k = np.zeros_like(x_l), np.zeros_like(x_l), 0.0, 0.0, 0
+    snapshots = []
+    for epoch in range(n_epochs):
+      step_lr = lr_of(epoch)
+      for idx in batch_order(epoch):
+        lam = np.exp(x_l - x_l.max())
+        lam /= lam.sum()
+        gamma = np.exp(x_g)
+        w = gamma * lam @ rows
+        _, grad_w = _linear_proxy_loss_and_grad(w, x[idx], y[idx])
+        dl_dlam = gamma * rows @ grad_w
+        jac = np.diag(lam) - np.outer(lam, lam)
+        g_l = jac @ dl_dlam
+        g_g = grad_w @ w
+        k += 1
+        if learn_g:
+          mg = 0.5 * mg + 0.5 * g_g
+          vg = 0.999 * vg + 0.001 * g_g**2
+          x_g -= step_lr * (mg / (1 - 0.5**k)) / (
+              np.sqrt(vg / (1 - 0.999**k)) + 1e-8)
+        if learn_l:
+          m = 0.5 * m + 0.5 * g_l
+          v = 0.999 * v + 0.001 * g_l**2
+          x_l = x_l - step_lr * (m / (1 - 0.5**k)) / (
+              np.sqrt(v / (1 - 0.999**k)) + 1e-8)
+      if use_swa and epoch >= 6:
+        snapshots.append(x_l.copy())
+    if use_swa:
+      x_l = np.mean(snapshots, axis=0)
+    return x_g, x_l
+
+  step = lambda e: lr * 0.5 ** (e // 20)
+  cosine = lambda e: lr * (1 + np.cos(np.pi * e / 100)) / 2
+
+  def swa_lr(e):
+    if e <= 6:
+      return cosine(e)
+    a = (1 - np.cos(np.pi * min(e - 6, 10) / 10)) / 2
+    return 0.05 * a + cosine(6) * (1 - a)
+
+  x_g, x_l = 0.0, np.log(np.asarray(p, np.float64))
+  if swa:
+    x_g, x_l = run(x_g, x_l, epochs // 2, False, True, swa_lr, True)
+    x_g, x_l = run(x_g, x_l, epochs // 2, True, False, step, False)
+  else:
+    x_g, x_l = run(x_g, x_l, epochs, learn_gamma, learn_lambda, step, False)
+  lam = np.exp(x_l - x_l.max())
+  lam /= lam.sum()
+  gamma = np.exp(x_g)
+  return gamma, lam, gamma * lam @ rows

@@ -151,5 +151,33 @@ class PartitionTest(parameterized.TestCase):
       partition.iid(np.zeros(5, np.float32), 2, seed=0)
 
 
+class ProxySplitTest(absltest.TestCase):
+
+  def test_balanced_proxy_and_the_rest(self):
+    labels = np.repeat(np.arange(10), 30)
+    proxy, rest = partition.proxy_split(labels, 100, 10, seed=3)
+    np.testing.assert_array_equal(np.bincount(labels[proxy]), [10] * 10)
+    self.assertEmpty(np.intersect1d(proxy, rest))
+    self.assertLen(np.union1d(proxy, rest), len(labels))
+    again, _ = partition.proxy_split(labels, 100, 10, seed=3)
+    np.testing.assert_array_equal(proxy, again)
+    other, _ = partition.proxy_split(labels, 100, 10, seed=4)
+    self.assertFalse(np.array_equal(proxy, other))
+
+  def test_long_tailed_proxy(self):
+    labels = np.repeat(np.arange(10), 30)
+    proxy, _ = partition.proxy_split(
+        labels, 100, 10, distribution='long_tailed', seed=0
+    )
+    counts = np.bincount(labels[proxy], minlength=10)
+    self.assertEqual(counts[0], 10)
+    self.assertEqual(counts[-1], 1)  # Imbalance ratio 10.
+    self.assertTrue(np.all(np.diff(counts) <= 0))
+
+  def test_too_few_examples(self):
+    with self.assertRaisesRegex(ValueError, 'Lower --proxy_size'):
+      partition.proxy_split(np.repeat(np.arange(2), 3), 10, 2, seed=0)
+
+
 if __name__ == '__main__':
   absltest.main()

@@ -9,7 +9,9 @@ from tff_aggregators.aggregators.collect import CollectAllFactory
 from tff_aggregators.aggregators.fedglad import FedGladFactory
 from tff_aggregators.aggregators.fedlws_stats import FedLwsStatsFactory
 from tff_aggregators.algorithms.fedglad import build_fedglad_process
+from tff_aggregators.algorithms.fedlaw import build_fedlaw_process
 from tff_aggregators.algorithms.fedlws import build_fedlws_process
+from tff_aggregators.finalizers.fedlaw import build_fedlaw_finalizer
 from tff_aggregators.finalizers.fedlws import build_fedlws_finalizer
 from tff_aggregators.finalizers.glad_adaptive import build_glad_adaptive_finalizer
 

@@ -262,15 +262,12 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
         )
 
       rows = tuple(slot(i) for i in range(max_clients))
-      weights = tf.concat(
-          [
-              a['weights'][:count_a],
-              b['weights'][:count_b],
-              tf.zeros([max_clients - total], tf.float32),
-          ],
-          axis=0,
+      # a's weights, then b's at positions count_a..total-1 (static shape).
+      weights = tf.tensor_scatter_nd_update(
+          a['weights'],
+          tf.range(count_a, total)[:, tf.newaxis],
+          b['weights'][:count_b],
       )
-      weights.set_shape([max_clients])
       return collections.OrderedDict(
           rows=rows,
           weights=weights,

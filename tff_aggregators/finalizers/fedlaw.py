@@ -1,0 +1,411 @@
+"""FedLAW: global weight shrinking and client weights learned on proxy data.
+
+Li et al., "Revisiting Weighted Aggregation in Federated Learning with Neural
+Networks", ICML 2023 (spec `fedlaw.md` sections 2-4). Each round the server
+turns the collected client deltas into client models W_i = w - delta_i and
+finds
+
+  (gamma*, lambda*) = argmin L_proxy(gamma sum_i lambda_i W_i)        (Eq. 8-9)
+  gamma = exp(x_gamma), lambda = softmax(x_lambda)                    (Eq. 10)
+
+starting every round from x_gamma = 0, x_lambda = log p (p: the clients'
+normalised weights, i.e. exactly the FedAvg model), with Adam (betas 0.5,
+0.999, eps 1e-8, PyTorch semantics), learning rate server_lr halved every 20
+server epochs (StepLR), `server_epochs` passes over the proxy set in batches
+of `proxy_batch_size` reshuffled every epoch (last partial batch kept). The
+new global model is gamma* sum_i lambda*_i W_i (last iterate).
+
+Gradients use the closed form of spec 2.3: with G the gradient of the proxy
+loss at the combined weights w and c_i = <G, W_i>, c_bar = sum lambda_i c_i,
+
+  dL/dx_gamma = gamma c_bar,    dL/dx_lambda_k = gamma lambda_k (c_k - c_bar)
+
+so one step is one forward/backward pass of the model on a proxy batch.
+
+Variants (`variant`): 'fedlaw' (both), 'gamma' (adaptive GWS, lambda = p),
+'lambda' (attentive LAW, gamma = 1), 'swa' (the official code's order:
+lambda with stochastic weight averaging for server_epochs // 2 epochs, then
+gamma for server_epochs // 2; spec 4.3), 'fixed_gamma' (gamma fixed, no
+proxy data, spec 4.4).
+
+The proxy set reaches the computation as constants: `build_fedlaw_finalizer`
+takes arrays or a `tf.data.Dataset` of (x, y) examples, reads it once into
+arrays and the server `tff.tensorflow.computation` captures them; inside it a
+`tf.data.Dataset` over those tensors is shuffled (stateless, seeded by the
+seed and the round) and batched every server epoch.
+
+Clients with weight 0 or a non-finite delta are left out. With no client left
+the model is unchanged. A non-finite search result falls back to FedAvg
+(gamma = 1, lambda = p) and counts in the measurement `fallback`. Only
+trainable weights are combined; non-trainable ones pass through (models with
+BatchNormalization are refused: their statistics would need the server-side
+handling of spec 2.5, which is not implemented).
+"""
+
+import collections
+from collections.abc import Callable
+import math
+from typing import Any, Optional, Union
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_aggregators.aggregators import collect
+
+VARIANTS = ('fedlaw', 'gamma', 'lambda', 'swa', 'fixed_gamma')
+_SWA_START_EPOCH = 6
+_SWA_LR = 0.05
+_SWA_ANNEAL_EPOCHS = 10
+_COSINE_T_MAX = 100
+
+
+def proxy_arrays(
+    proxy_data: Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray]:
+  """The proxy set as (x, y) arrays, from arrays or a dataset of examples.
+
+  Raises:
+    ValueError: If the proxy set is empty or x and y differ in length.
+    TypeError: If it is neither.
+  """
+  if isinstance(proxy_data, tf.data.Dataset):
+    examples = list(proxy_data.as_numpy_iterator())
+    if not examples:
+      raise ValueError('The FedLAW proxy dataset is empty.')
+    if not isinstance(examples[0], tuple) or len(examples[0]) != 2:
+      raise TypeError(
+          'The FedLAW proxy dataset must yield (x, y) examples (unbatched), '
+          f'got elements like {type(examples[0])}.'
+      )
+    x = np.stack([e[0] for e in examples])
+    y = np.stack([e[1] for e in examples])
+  elif isinstance(proxy_data, (tuple, list)) and len(proxy_data) == 2:
+    x, y = (np.asarray(a) for a in proxy_data)
+  else:
+    raise TypeError(
+        'proxy_data must be a tf.data.Dataset of (x, y) examples or a pair '
+        f'of arrays (x, y), got {type(proxy_data)}.'
+    )
+  if len(x) == 0:
+    raise ValueError(
+        'The FedLAW proxy set is empty: FedLAW learns its weights on it. '
+        "Give it examples, or use variant='fixed_gamma' (no proxy data)."
+    )
+  if len(x) != len(y):
+    raise ValueError(
+        f'The proxy set has {len(x)} inputs but {len(y)} labels.'
+    )
+  return x.astype(np.float32), y
+
+
+def check_no_batch_normalization(model_fn: Callable[[], Any]) -> None:
+  """Raises ValueError if the Keras model behind `model_fn` has BatchNorm."""
+  with tf.Graph().as_default():
+    model = model_fn()
+    keras_model = getattr(model, '_keras_model', None)
+    if keras_model is None:
+      return
+    for layer in keras_model.submodules:
+      if isinstance(layer, tf.keras.layers.BatchNormalization):
+        raise ValueError(
+            f'FedLAW does not support BatchNormalization (layer '
+            f'{layer.name!r}): its moving statistics would have to be '
+            're-estimated on the server (spec fedlaw.md 2.5). Use GroupNorm '
+            'or LayerNorm instead.'
+        )
+
+
+def _step_lr(server_lr, epoch):
+  """StepLR(step_size=20, gamma=0.5), per server epoch."""
+  return server_lr * tf.pow(0.5, tf.floor(tf.cast(epoch, tf.float32) / 20.0))
+
+
+def _swa_lr(server_lr, epoch):
+  """The official SWA stage-1 schedule (spec 4.3)."""
+  epoch = tf.cast(epoch, tf.float32)
+  cosine = lambda e: server_lr * (1 + tf.cos(math.pi * e / _COSINE_T_MAX)) / 2
+  base = cosine(float(_SWA_START_EPOCH))
+  k = epoch - _SWA_START_EPOCH
+  a = (1 - tf.cos(math.pi * tf.minimum(k, _SWA_ANNEAL_EPOCHS)
+                  / _SWA_ANNEAL_EPOCHS)) / 2
+  return tf.where(
+      epoch <= _SWA_START_EPOCH, cosine(epoch), _SWA_LR * a + base * (1 - a)
+  )
+
+
+def build_fedlaw_finalizer(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    model_weights_type: tff.StructType,
+    proxy_data: Optional[
+        Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]]
+    ],
+    *,
+    max_clients: int,
+    variant: str = 'fedlaw',
+    server_epochs: int = 100,
+    server_lr: float = 0.005,
+    proxy_batch_size: int = 128,
+    fixed_gamma: float = 1.0,
+    proxy_loss_fn: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
+    seed: int = 0,
+) -> tff.learning.templates.FinalizerProcess:
+  """The FedLAW finalizer; its update is `CollectAllFactory`'s result.
+
+  Args:
+    model_fn: The model's no-arg constructor (as for the learning process);
+      its `predict_on_batch(x, training=True)` gives the proxy logits.
+    model_weights_type: The `tff.learning.models.ModelWeights` type.
+    proxy_data: The server's labelled proxy set: a `tf.data.Dataset` of
+      unbatched (x, y) examples or a pair of arrays. Unused (may be None)
+      for `variant='fixed_gamma'`.
+    max_clients: The collect-all capacity (pads the `lambda` measurement).
+    variant: One of `VARIANTS` (see the module docstring).
+    server_epochs: E_s, passes over the proxy set per round (spec: 100).
+    server_lr: Adam's learning rate (official code: 0.01 for CIFAR-10, 0.005
+      otherwise).
+    proxy_batch_size: B_s (128).
+    fixed_gamma: gamma for `variant='fixed_gamma'`.
+    proxy_loss_fn: `(y, logits) -> mean loss`; default sparse categorical
+      cross-entropy on logits (no regularization terms, spec section 5).
+    seed: Seeds the proxy shuffling (with the round number).
+
+  Returns:
+    A `FinalizerProcess`. State: the round number. Measurements: `gamma`,
+    `lambda` (float32 [max_clients], zero-padded), `num_clients`,
+    `proxy_loss_before`, `proxy_loss_after`, `fallback`.
+  """
+  if variant not in VARIANTS:
+    raise ValueError(f'variant must be one of {VARIANTS}, got {variant!r}.')
+  if server_epochs < 0 or proxy_batch_size < 1 or server_lr < 0:
+    raise ValueError(
+        'server_epochs >= 0, proxy_batch_size >= 1 and server_lr >= 0 are '
+        f'needed; got {server_epochs}, {proxy_batch_size}, {server_lr}.'
+    )
+  if variant == 'swa' and server_epochs // 2 <= _SWA_START_EPOCH:
+    raise ValueError(
+        'FedLAW(SWA) takes its first snapshot after server epoch '
+        f'{_SWA_START_EPOCH} of stage 1 (server_epochs // 2 epochs): use '
+        f'server_epochs >= {2 * _SWA_START_EPOCH + 2}, got {server_epochs}.'
+    )
+  if variant == 'fixed_gamma':
+    if not fixed_gamma > 0:
+      raise ValueError(f'fixed_gamma must be > 0, got {fixed_gamma}.')
+    x_proxy = np.zeros([0], np.float32)
+    y_proxy = np.zeros([0], np.int64)
+    server_epochs = 0
+  else:
+    x_proxy, y_proxy = proxy_arrays(proxy_data)
+    check_no_batch_normalization(model_fn)
+  if proxy_loss_fn is None:
+    proxy_loss_fn = lambda y, logits: tf.reduce_mean(
+        tf.keras.losses.sparse_categorical_crossentropy(
+            y, logits, from_logits=True
+        )
+    )
+  trainable_type = model_weights_type.trainable
+  size = collect.flat_size(trainable_type)
+  collected_type = tff.types.to_type(
+      collections.OrderedDict(
+          values=tff.TensorType(np.float32, [None, size]),
+          weights=tff.TensorType(np.float32, [None]),
+      )
+  )
+  learn_gamma = variant in ('fedlaw', 'gamma', 'swa')
+  learn_lambda = variant in ('fedlaw', 'lambda', 'swa')
+  num_proxy = len(x_proxy)
+
+  @tff.tensorflow.computation
+  def initial_state():
+    return tf.constant(0, tf.int64)
+
+  state_type = initial_state.type_signature.result
+
+  @tff.tensorflow.computation(state_type, trainable_type, collected_type)
+  def step(round_num, weights, collected):
+    model = model_fn()
+    variables = model.trainable_variables
+
+    def assign(flat):
+      leaves = tf.nest.flatten(collect.unflatten(flat, trainable_type))
+      return [v.assign(leaf) for v, leaf in zip(variables, leaves)]
+
+    def proxy_batches(epoch):
+      """The proxy set reshuffled for (seed, round, epoch), in batches."""
+      seed_pair = tf.stack([
+          tf.constant(seed, tf.int64), round_num * 100003 + tf.cast(
+              epoch, tf.int64)
+      ])
+      order = tf.argsort(
+          tf.random.stateless_uniform([num_proxy], seed=seed_pair)
+      )
+      return tf.data.Dataset.from_tensor_slices((
+          tf.gather(tf.constant(x_proxy), order),
+          tf.gather(tf.constant(y_proxy), order),
+      )).batch(proxy_batch_size)
+
+    @tf.function
+    def search(rows, p):
+      """Returns (gamma, lambda, loss before, loss after, fallback)."""
+
+      def combine(x_gamma, x_lambda):
+        lam = tf.nn.softmax(x_lambda)
+        return tf.exp(x_gamma) * tf.linalg.matvec(rows, lam, transpose_a=True)
+
+      def proxy_loss(flat):
+        # Mean over the whole proxy set, in the model's training mode.
+        with tf.control_dependencies(assign(flat)):
+          total = tf.constant(0.0)
+          count = tf.constant(0.0)
+          for x, y in proxy_batches(0):
+            n = tf.cast(tf.shape(y)[0], tf.float32)
+            total += proxy_loss_fn(y, model.predict_on_batch(x, True)) * n
+            count += n
+          return tf.math.divide_no_nan(total, count)
+
+      def adam_stage(x_gamma, x_lambda, epochs, learn_g, learn_l, lr_fn, swa):
+        """Adam (PyTorch semantics) over `epochs` proxy epochs."""
+        m = tf.zeros_like(x_lambda)
+        v = tf.zeros_like(x_lambda)
+        mg = tf.constant(0.0)
+        vg = tf.constant(0.0)
+        k = tf.constant(0.0)
+        swa_sum = tf.zeros_like(x_lambda)
+        swa_count = tf.constant(0.0)
+        for epoch in tf.range(epochs):
+          lr = lr_fn(epoch)
+          for x, y in proxy_batches(epoch):
+            flat = combine(x_gamma, x_lambda)
+            with tf.control_dependencies(assign(flat)):
+              with tf.GradientTape() as tape:
+                loss = proxy_loss_fn(y, model.predict_on_batch(x, True))
+              grads = tape.gradient(loss, variables)
+            g_flat = collect.flatten(
+                [tf.zeros_like(w) if g is None else g
+                 for g, w in zip(grads, variables)]
+            )
+            c = tf.linalg.matvec(rows, g_flat)
+            lam = tf.nn.softmax(x_lambda)
+            c_bar = tf.reduce_sum(lam * c)
+            gamma = tf.exp(x_gamma)
+            k += 1.0
+            if learn_g:
+              grad_g = gamma * c_bar
+              mg = 0.5 * mg + 0.5 * grad_g
+              vg = 0.999 * vg + 0.001 * tf.square(grad_g)
+              x_gamma -= lr * (mg / (1 - 0.5**k)) / (
+                  tf.sqrt(vg / (1 - 0.999**k)) + 1e-8)
+            if learn_l:
+              grad_l = gamma * lam * (c - c_bar)
+              m = 0.5 * m + 0.5 * grad_l
+              v = 0.999 * v + 0.001 * tf.square(grad_l)
+              x_lambda -= lr * (m / (1 - 0.5**k)) / (
+                  tf.sqrt(v / (1 - 0.999**k)) + 1e-8)
+          if swa and epoch >= _SWA_START_EPOCH:
+            swa_sum += x_lambda
+            swa_count += 1.0
+        if swa:
+          x_lambda = swa_sum / swa_count
+        return x_gamma, x_lambda
+
+      x_gamma0 = tf.constant(
+          float(np.log(fixed_gamma)) if variant == 'fixed_gamma' else 0.0
+      )
+      x_lambda0 = tf.math.log(p)
+      if num_proxy:
+        loss_before = proxy_loss(combine(x_gamma0, x_lambda0))
+      else:
+        loss_before = tf.constant(np.nan, tf.float32)
+      x_gamma, x_lambda = x_gamma0, x_lambda0
+      if variant == 'swa':
+        half = server_epochs // 2
+        x_gamma, x_lambda = adam_stage(
+            x_gamma, x_lambda, half, False, True,
+            lambda e: _swa_lr(server_lr, e), True,
+        )
+        x_gamma, x_lambda = adam_stage(
+            x_gamma, x_lambda, half, True, False,
+            lambda e: _step_lr(server_lr, e), False,
+        )
+      elif server_epochs > 0:
+        x_gamma, x_lambda = adam_stage(
+            x_gamma, x_lambda, server_epochs, learn_gamma, learn_lambda,
+            lambda e: _step_lr(server_lr, e), False,
+        )
+      gamma = tf.exp(x_gamma)
+      lam = tf.nn.softmax(x_lambda)
+      if num_proxy:
+        loss_after = proxy_loss(combine(x_gamma, x_lambda))
+        ok = tf.reduce_all(tf.math.is_finite(
+            tf.concat([lam, [gamma, loss_after]], 0)))
+      else:
+        loss_after = loss_before
+        ok = tf.constant(True)
+      gamma = tf.where(ok, gamma, tf.exp(x_gamma0))
+      lam = tf.where(ok, lam, p)
+      return gamma, lam, loss_before, loss_after, 1 - tf.cast(ok, tf.int32)
+
+    w = collect.flatten(weights)
+    deltas, client_weights = collected['values'], collected['weights']
+    valid = tf.logical_and(
+        client_weights > 0,
+        tf.reduce_all(tf.math.is_finite(deltas), axis=1),
+    )
+    valid = tf.logical_and(valid, tf.math.is_finite(client_weights))
+    rows = w[tf.newaxis, :] - tf.boolean_mask(deltas, valid)
+    kept = tf.boolean_mask(client_weights, valid)
+    num_kept = tf.shape(kept)[0]
+
+    def with_clients():
+      p = kept / tf.reduce_sum(kept)
+      gamma, lam, before, after, fallback = search(rows, p)
+      new = gamma * tf.linalg.matvec(rows, lam, transpose_a=True)
+      return new, gamma, lam, before, after, fallback
+
+    def without_clients():
+      nan = tf.constant(np.nan, tf.float32)
+      return (w, tf.constant(1.0), tf.zeros([0]), nan, nan,
+              tf.constant(0, tf.int32))
+
+    new, gamma, lam, before, after, fallback = tf.cond(
+        num_kept > 0, with_clients, without_clients
+    )
+    new_weights = collect.unflatten(new, trainable_type)
+    # Each valid client's lambda at its row of the collected cohort.
+    positions = tf.boolean_mask(
+        tf.range(tf.shape(client_weights)[0]), valid
+    )
+    lambda_padded = tf.scatter_nd(
+        positions[:, tf.newaxis], lam, [max_clients]
+    )
+    measurements = collections.OrderedDict(
+        gamma=gamma,
+        **{'lambda': lambda_padded},
+        num_clients=num_kept,
+        proxy_loss_before=before,
+        proxy_loss_after=after,
+        fallback=fallback,
+    )
+    return round_num + 1, new_weights, measurements
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_eval(initial_state, tff.SERVER)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(model_weights_type, tff.SERVER),
+      tff.FederatedType(collected_type, tff.SERVER),
+  )
+  def next_fn(state, weights, collected):
+    new_state, new_trainable, measurements = tff.federated_map(
+        step, (state, weights.trainable, collected)
+    )
+    new_weights = tff.federated_zip(
+        tff.learning.models.ModelWeights(new_trainable, weights.non_trainable)
+    )
+    return tff.templates.MeasuredProcessOutput(
+        new_state, new_weights, measurements
+    )
+
+  return tff.learning.templates.FinalizerProcess(init_fn, next_fn)
