@@ -17,6 +17,7 @@ import tff_aggregators
 from tff_aggregators.aggregators import fedglad
 from tff_aggregators.finalizers import fedlaw
 from tff_aggregators.finalizers import fedlws
+from tff_aggregators.finalizers import fedsa
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,4 +213,46 @@ def _fedlaw(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       proxy_batch_size=FEDLAW_PROXY_BATCH_SIZE.value,
       fixed_gamma=FEDLAW_FIXED_GAMMA.value,
       seed=inputs.seed,
+  )
+
+
+FEDSA_CV_THRESHOLD = flags.DEFINE_float(
+    'fedsa_cv_threshold', 0.2, 'FedSA cv_t (normalised CV threshold).'
+)
+FEDSA_SIM_THRESHOLD = flags.DEFINE_float(
+    'fedsa_sim_threshold', 0.2, 'FedSA sim_t (late-join similarity).'
+)
+FEDSA_CATEGORIES = flags.DEFINE_integer(
+    'fedsa_categories', 4,
+    'FedSA Micro-Class categories C (paper: 4 CIFAR-10, 5 CIFAR-100).',
+)
+FEDSA_CLUSTERS = flags.DEFINE_integer(
+    'fedsa_clusters', 4, 'FedSA Macro-Classes at most, S (paper: as C).'
+)
+FEDSA_ALPHA_NORMALIZATION = flags.DEFINE_enum(
+    'fedsa_alpha_normalization', 'sum_to_one', fedsa.ALPHA_NORMALIZATIONS,
+    'FedSA cluster weights: normalised to sum 1 (spec) or literal Eq. 14.',
+)
+
+
+@register('fedsa')
+def _fedsa(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
+  """FedSA: FedAvg clients, skew-aware aggregation of the client models."""
+  if not inputs.clients_per_round:
+    raise ValueError('FedSA needs the cohort size (clients_per_round).')
+  if inputs.server_optimizer != 'sgd' or inputs.proximal_strength > 0:
+    raise ValueError(
+        'FedSA replaces the server optimizer by its aggregation of FedAvg '
+        'client models: use --server_optimizer=sgd (its learning rate is not '
+        'used) and no --proximal_strength.'
+    )
+  return tff_aggregators.build_fedsa_process(
+      inputs.model_fn,
+      inputs.client_optimizer_fn,
+      max_clients=inputs.clients_per_round,
+      cv_threshold=FEDSA_CV_THRESHOLD.value,
+      sim_threshold=FEDSA_SIM_THRESHOLD.value,
+      num_categories=FEDSA_CATEGORIES.value,
+      max_clusters=FEDSA_CLUSTERS.value,
+      alpha_normalization=FEDSA_ALPHA_NORMALIZATION.value,
   )

@@ -21,8 +21,9 @@ _SERVERS = {
     'sgdm': lambda: tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
     'adam': lambda: tff.learning.optimizers.build_adam(0.003, epsilon=1e-8),
 }
-# FedLAW's learned aggregation replaces the server optimizer.
-_UNSUPPORTED = {('fedlaw', 'sgdm'), ('fedlaw', 'adam')}
+# FedLAW's and FedSA's aggregations replace the server optimizer.
+_UNSUPPORTED = {('fedlaw', 'sgdm'), ('fedlaw', 'adam'), ('fedsa', 'sgdm'),
+                ('fedsa', 'adam')}
 
 
 def setUpModule():

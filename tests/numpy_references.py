@@ -182,3 +182,87 @@ def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
   lam /= lam.sum()
   gamma = np.exp(x_g)
   return gamma, lam, gamma * lam @ rows
+
+
+def greedy_mac(sim, max_clusters, sim_threshold):
+  """GREEDY_MAC of spec fedsa.md 2.6: (clusters as member lists, in join order)."""
+  k = len(sim)
+  free = list(range(k))
+  clusters = []
+  while free:
+    bp, pair = -np.inf, None
+    for a in free:
+      for b in free:
+        if a < b and sim[a][b] > bp:
+          bp, pair = sim[a][b], (a, b)
+    bj, join = -np.inf, None
+    for s, members in enumerate(clusters):
+      for u in free:
+        c = np.mean([sim[v][u] for v in members])
+        if c > bj:
+          bj, join = c, (s, u)
+    if len(clusters) < max_clusters:
+      if pair is None and join is None:
+        break
+      if join is not None and bj >= bp:
+        clusters[join[0]].append(join[1])
+        free.remove(join[1])
+      else:
+        clusters.append(list(pair))
+        free.remove(pair[0])
+        free.remove(pair[1])
+    elif join is not None and bj > sim_threshold:
+      clusters[join[0]].append(join[1])
+      free.remove(join[1])
+    else:
+      break
+  return clusters
+
+
+def fedsa_tensor(x, *, cv_t=0.2, sim_t=0.2, c=4, s=4, literal=False,
+                 dtype=np.float64):
+  """Spec fedsa.md 2.9 for one tensor: x [K, M] -> [M].
+
+  `dtype=np.float32` mirrors float32 rounding where a category boundary
+  (ceil of C times a normalised deviation) is hit exactly.
+  """
+  x = np.asarray(x, dtype)
+  mu = x.mean(axis=0)
+  d = (x - mu)**2
+  sigma = np.sqrt(d.mean(axis=0))
+  with np.errstate(divide='ignore', invalid='ignore'):
+    cv = np.where(sigma == 0, 0.0,
+                  np.where(mu == 0, np.inf, sigma / np.abs(mu)))
+  finite = np.isfinite(cv)
+  out = mu.copy()
+  if finite.any():
+    lo, hi = cv[finite].min(), cv[finite].max()
+    cvn = np.where(finite, (cv - lo) / (hi - lo) if hi > lo else 0.0, 1.0)
+  else:
+    cvn = np.ones_like(cv)
+  high = np.nonzero(cvn > cv_t)[0]
+  if len(high) == 0:
+    return out
+  dh = d[:, high]
+  span = dh.max(axis=0) - dh.min(axis=0)
+  scaled = np.divide(dh - dh.min(axis=0), span, out=np.zeros_like(dh),
+                     where=span > 0)
+  cat = np.clip(np.ceil(c * scaled), 1, c).astype(int)
+  k = len(x)
+  sim = np.array([[np.mean(cat[a] == cat[b]) for b in range(k)]
+                  for a in range(k)])
+  clusters = greedy_mac(sim, s, sim_t)
+  if not clusters:
+    return out
+  weights, means = [], []
+  for members in clusters:
+    macro = np.array([np.bincount(cat[members, m], minlength=c + 1)[1:]
+                      .argmax() + 1 for m in range(len(high))])
+    counts = np.bincount(macro, minlength=c + 1)
+    weights.append(counts[macro] / (s * c))
+    means.append(x[members][:, high].mean(axis=0))
+  weights = np.array(weights)
+  if not literal:
+    weights = weights / weights.sum(axis=0)
+  out[high] = (weights * np.array(means)).sum(axis=0)
+  return out

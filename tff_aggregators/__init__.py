@@ -11,8 +11,10 @@ from tff_aggregators.aggregators.fedlws_stats import FedLwsStatsFactory
 from tff_aggregators.algorithms.fedglad import build_fedglad_process
 from tff_aggregators.algorithms.fedlaw import build_fedlaw_process
 from tff_aggregators.algorithms.fedlws import build_fedlws_process
+from tff_aggregators.algorithms.fedsa import build_fedsa_process
 from tff_aggregators.finalizers.fedlaw import build_fedlaw_finalizer
 from tff_aggregators.finalizers.fedlws import build_fedlws_finalizer
+from tff_aggregators.finalizers.fedsa import build_fedsa_finalizer
 from tff_aggregators.finalizers.glad_adaptive import build_glad_adaptive_finalizer
 
 __version__ = '0.1.0'

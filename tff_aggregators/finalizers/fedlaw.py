@@ -52,6 +52,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import collect
+from tff_aggregators.finalizers import on_collected
 
 VARIANTS = ('fedlaw', 'gamma', 'lambda', 'swa', 'fixed_gamma')
 _SWA_START_EPOCH = 6
@@ -204,13 +205,6 @@ def build_fedlaw_finalizer(
         )
     )
   trainable_type = model_weights_type.trainable
-  size = collect.flat_size(trainable_type)
-  collected_type = tff.types.to_type(
-      collections.OrderedDict(
-          values=tff.TensorType(np.float32, [None, size]),
-          weights=tff.TensorType(np.float32, [None]),
-      )
-  )
   learn_gamma = variant in ('fedlaw', 'gamma', 'swa')
   learn_lambda = variant in ('fedlaw', 'lambda', 'swa')
   num_proxy = len(x_proxy)
@@ -219,10 +213,12 @@ def build_fedlaw_finalizer(
   def initial_state():
     return tf.constant(0, tf.int64)
 
-  state_type = initial_state.type_signature.result
+  def step(state_type, trainable_type, collected_type):
+    return tff.tensorflow.computation(
+        server_step, state_type, trainable_type, collected_type
+    )
 
-  @tff.tensorflow.computation(state_type, trainable_type, collected_type)
-  def step(round_num, weights, collected):
+  def server_step(round_num, weights, collected):
     model = model_fn()
     variables = model.trainable_variables
 
@@ -346,14 +342,7 @@ def build_fedlaw_finalizer(
       return gamma, lam, loss_before, loss_after, 1 - tf.cast(ok, tf.int32)
 
     w = collect.flatten(weights)
-    deltas, client_weights = collected['values'], collected['weights']
-    valid = tf.logical_and(
-        client_weights > 0,
-        tf.reduce_all(tf.math.is_finite(deltas), axis=1),
-    )
-    valid = tf.logical_and(valid, tf.math.is_finite(client_weights))
-    rows = w[tf.newaxis, :] - tf.boolean_mask(deltas, valid)
-    kept = tf.boolean_mask(client_weights, valid)
+    rows, kept, valid = on_collected.valid_client_models(w, collected)
     num_kept = tf.shape(kept)[0]
 
     def with_clients():
@@ -372,9 +361,7 @@ def build_fedlaw_finalizer(
     )
     new_weights = collect.unflatten(new, trainable_type)
     # Each valid client's lambda at its row of the collected cohort.
-    positions = tf.boolean_mask(
-        tf.range(tf.shape(client_weights)[0]), valid
-    )
+    positions = tf.boolean_mask(tf.range(tf.shape(valid)[0]), valid)
     lambda_padded = tf.scatter_nd(
         positions[:, tf.newaxis], lam, [max_clients]
     )
@@ -388,24 +375,6 @@ def build_fedlaw_finalizer(
     )
     return round_num + 1, new_weights, measurements
 
-  @tff.federated_computation()
-  def init_fn():
-    return tff.federated_eval(initial_state, tff.SERVER)
-
-  @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(model_weights_type, tff.SERVER),
-      tff.FederatedType(collected_type, tff.SERVER),
+  return on_collected.build_collected_finalizer(
+      model_weights_type, initial_state, step
   )
-  def next_fn(state, weights, collected):
-    new_state, new_trainable, measurements = tff.federated_map(
-        step, (state, weights.trainable, collected)
-    )
-    new_weights = tff.federated_zip(
-        tff.learning.models.ModelWeights(new_trainable, weights.non_trainable)
-    )
-    return tff.templates.MeasuredProcessOutput(
-        new_state, new_weights, measurements
-    )
-
-  return tff.learning.templates.FinalizerProcess(init_fn, next_fn)

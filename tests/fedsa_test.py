@@ -1,0 +1,203 @@
+"""FedSA (spec fedsa.md 2.6-2.9) against its test vectors and NumPy."""
+
+import collections
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from experiments import runtime
+from tests import numpy_references
+from tests import test_utils
+from tff_aggregators import algorithms
+from tff_aggregators.finalizers import fedsa
+
+_SIM = np.array([[1, .9, .5, .1, .3], [.9, 1, .4, .2, .1], [.5, .4, 1, 0, 0],
+                 [.1, .2, 0, 1, .8], [.3, .1, 0, .8, 1]], np.float32)
+# Spec 2.9's hand-checkable vector.
+_X = np.array([[1.00, 0.50, 0.01, 0.10, -0.20, 0.02],
+               [1.02, 0.52, -0.02, 0.30, -0.21, 0.00],
+               [0.98, 0.49, 0.03, 0.12, -0.19, -0.01],
+               [1.00, 0.51, 0.00, 0.08, -0.20, 0.03]], np.float32)
+_OPTIONS = dict(cv_threshold=0.2, sim_threshold=0.2, num_categories=2,
+                max_clusters=2, alpha_normalization='sum_to_one')
+
+
+def setUpModule():
+  runtime.use_local_worker()
+
+
+def _clusters(assign):
+  groups = collections.defaultdict(list)
+  for client, cluster in enumerate(np.asarray(assign)):
+    if cluster >= 0:
+      groups[cluster].append(client)
+  return [groups[c] for c in sorted(groups)]
+
+
+class GreedyMacroClassesTest(parameterized.TestCase):
+
+  @parameterized.parameters(
+      (1, 0.2, [[0, 1, 2]], 2),
+      (2, 0.2, [[0, 1, 2], [3, 4]], 0),
+      (3, 0.2, [[0, 1, 2], [3, 4]], 0),
+      (1, 0.1, [[0, 1, 2, 3, 4]], 0),
+  )
+  def test_spec_vectors(self, max_clusters, sim_t, expected, unclustered):
+    assign = fedsa.greedy_macro_classes(tf.constant(_SIM), max_clusters, sim_t)
+    self.assertEqual(_clusters(assign), expected)
+    self.assertEqual(int(np.sum(np.asarray(assign) == -1)), unclustered)
+    self.assertEqual(
+        [sorted(c) for c in numpy_references.greedy_mac(_SIM, max_clusters,
+                                                        sim_t)],
+        expected,
+    )
+
+  def test_random_similarities_match_numpy(self):
+    rng = np.random.default_rng(0)
+    for trial in range(20):
+      k = rng.integers(2, 9)
+      sim = np.round(rng.uniform(size=(k, k)), 1)  # Ties happen.
+      sim = ((sim + sim.T) / 2).astype(np.float32)
+      s = int(rng.integers(1, 4))
+      assign = fedsa.greedy_macro_classes(tf.constant(sim), s, 0.4)
+      want = numpy_references.greedy_mac(sim.astype(np.float64), s, 0.4)
+      self.assertEqual(_clusters(assign), [sorted(c) for c in want],
+                       f'trial {trial}')
+
+
+class FedSaTensorTest(parameterized.TestCase):
+
+  def test_spec_hand_vector(self):
+    out, diag = fedsa.fedsa_tensor(tf.constant(_X), **_OPTIONS)
+    np.testing.assert_allclose(
+        out, [1.0, 0.505, 0.0016667, 0.15, -0.2, 0.01], atol=1e-6)
+    self.assertAlmostEqual(float(diag['high_fraction']), 2 / 6, places=6)
+    self.assertEqual(int(diag['clusters']), 2)
+    literal, _ = fedsa.fedsa_tensor(
+        tf.constant(_X), **dict(_OPTIONS, alpha_normalization='literal'))
+    np.testing.assert_allclose(
+        literal, [1.0, 0.505, 0.00125, 0.15, -0.2, 0.0075], atol=1e-6)
+
+  @parameterized.product(
+      k=[3, 6, 10], categories=[2, 4], literal=[False, True]
+  )
+  def test_random_tensors_match_numpy(self, k, categories, literal):
+    rng = np.random.default_rng(k * 10 + categories)
+    x = (rng.normal(scale=0.05, size=(1, 40))
+         + rng.normal(scale=0.03, size=(k, 40))).astype(np.float32)
+    out, diag = fedsa.fedsa_tensor(
+        tf.constant(x), cv_threshold=0.2, sim_threshold=0.2,
+        num_categories=categories, max_clusters=2,
+        alpha_normalization='literal' if literal else 'sum_to_one')
+    want = numpy_references.fedsa_tensor(x, c=categories, s=2,
+                                         literal=literal)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-6)
+    self.assertGreater(float(diag['high_fraction']), 0.0)
+    if k == 10:  # Several clusters: the rule departs from the mean.
+      self.assertEqual(int(diag['clusters']), 2)
+      self.assertFalse(np.allclose(out, x.mean(axis=0), atol=1e-7))
+
+  def test_one_and_two_clients(self):
+    x = _X[:1]
+    out, _ = fedsa.fedsa_tensor(tf.constant(x), **_OPTIONS)
+    np.testing.assert_allclose(out, x[0], rtol=1e-6)
+    out, _ = fedsa.fedsa_tensor(tf.constant(_X[:2]), **_OPTIONS)
+    np.testing.assert_allclose(out, _X[:2].mean(axis=0), rtol=1e-6)
+
+  def test_zero_mean_and_constant_coordinates(self):
+    x = np.array([[0.1, 1.0, 0.2], [-0.1, 1.0, 0.3]], np.float32)
+    out, _ = fedsa.fedsa_tensor(tf.constant(x), **_OPTIONS)
+    self.assertTrue(np.all(np.isfinite(out)))
+    np.testing.assert_allclose(out, x.mean(axis=0), atol=1e-7)
+
+
+class BuildFedSaProcessTest(absltest.TestCase):
+
+  def test_rounds_match_numpy(self):
+    datasets = test_utils.tiny_client_datasets(5)
+    optimizer = tff.learning.optimizers.build_sgdm(0.5)
+    process = algorithms.build_fedsa_process(
+        test_utils.tiny_model_fn, optimizer, max_clients=5,
+        num_categories=2, max_clusters=2)
+    state = process.initialize()
+    for _ in range(2):
+      weights = process.get_model_weights(state)
+      deltas, _ = test_utils.client_deltas(
+          test_utils.tiny_model_fn, optimizer, weights, datasets)
+      models = [[np.float32(w) - np.float32(d[i])
+                 for i, w in enumerate(weights.trainable)] for d in deltas]
+      # The finalizer's canonical client order (a fixed random projection).
+      flat = np.stack([np.concatenate([np.ravel(t) for t in m])
+                       for m in models])
+      projection = tf.random.stateless_uniform(
+          [flat.shape[1]], seed=[0, 0]).numpy()
+      order = np.argsort(flat @ projection, kind='stable')
+      want = [
+          numpy_references.fedsa_tensor(
+              np.stack([np.ravel(models[k][i]) for k in order]), c=2, s=2,
+              dtype=np.float32)
+          for i in range(len(weights.trainable))
+      ]
+      output = process.next(state, datasets)
+      state = output.state
+      got = process.get_model_weights(state).trainable
+      for g, expected in zip(got, want):
+        np.testing.assert_allclose(np.ravel(g), expected, rtol=1e-4,
+                                   atol=1e-5)
+      self.assertEqual(output.metrics['finalizer']['num_clients'], 5)
+
+  def test_invalid_clients_are_left_out(self):
+    weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
+        trainable=[tff.TensorType(np.float32, [4])], non_trainable=[]))
+    process = fedsa.build_fedsa_finalizer(weights_type, max_clients=4)
+    weights = tff.learning.models.ModelWeights(
+        trainable=[np.ones(4, np.float32)], non_trainable=[])
+    deltas = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    deltas[1, 0] = np.nan
+    output = process.next(process.initialize(), weights, collections.OrderedDict(
+        values=deltas, weights=np.array([1.0, 1.0, 0.0], np.float32)))
+    self.assertEqual(output.measurements['num_clients'], 1)
+    np.testing.assert_allclose(output.result.trainable[0], 1.0 - deltas[0],
+                               rtol=1e-6)
+    empty = process.next(process.initialize(), weights, collections.OrderedDict(
+        values=np.zeros([0, 4], np.float32), weights=np.zeros([0], np.float32)))
+    np.testing.assert_array_equal(empty.result.trainable[0], np.ones(4))
+
+  def test_result_does_not_depend_on_client_order(self):
+    weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
+        trainable=[tff.TensorType(np.float32, [40])], non_trainable=[]))
+    process = fedsa.build_fedsa_finalizer(
+        weights_type, max_clients=10, num_categories=2, max_clusters=2)
+    rng = np.random.default_rng(5)
+    weights = tff.learning.models.ModelWeights(
+        trainable=[rng.normal(scale=0.05, size=40).astype(np.float32)],
+        non_trainable=[])
+    deltas = rng.normal(scale=0.03, size=(10, 40)).astype(np.float32)
+    outputs = []
+    for order in (np.arange(10), rng.permutation(10)):
+      outputs.append(process.next(
+          process.initialize(), weights, collections.OrderedDict(
+              values=deltas[order], weights=np.ones(10, np.float32))))
+    np.testing.assert_array_equal(outputs[0].result.trainable[0],
+                                  outputs[1].result.trainable[0])
+    self.assertEqual(outputs[0].measurements['clusters'][0], 2)
+
+  def test_bad_arguments(self):
+    weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
+        trainable=[tff.TensorType(np.float32, [4])], non_trainable=[]))
+    with self.assertRaisesRegex(ValueError, 'alpha_normalization'):
+      fedsa.build_fedsa_finalizer(weights_type, max_clients=2,
+                                  alpha_normalization='sum')
+    with self.assertRaisesRegex(ValueError, 'num_categories'):
+      fedsa.build_fedsa_finalizer(weights_type, max_clients=2,
+                                  num_categories=0)
+    with self.assertRaisesRegex(ValueError, 'cv_threshold'):
+      fedsa.build_fedsa_finalizer(weights_type, max_clients=2,
+                                  cv_threshold=1.5)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,81 @@
+"""`build_fedsa_process`: FedAvg clients, FedSA's skew-aware server aggregation."""
+
+from collections.abc import Callable
+
+import numpy as np
+import tensorflow_federated as tff
+
+from tff_aggregators.aggregators import collect
+from tff_aggregators.finalizers import fedsa
+
+
+def build_fedsa_process(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    *,
+    max_clients: int,
+    cv_threshold: float = 0.2,
+    sim_threshold: float = 0.2,
+    num_categories: int = 4,
+    max_clusters: int = 4,
+    alpha_normalization: str = 'sum_to_one',
+    metrics_aggregator=None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE
+    ),
+) -> tff.learning.templates.LearningProcess:
+  """A learning process whose server aggregates with FedSA.
+
+  `tff.learning.templates.compose_learning_process` of TFF's broadcast and
+  model-delta client work (FedAvg clients), `CollectAllFactory` and the FedSA
+  finalizer (`tff_aggregators.finalizers.fedsa`, which documents the rule
+  and options). Client weights only decide who is valid (weight > 0): FedSA's
+  means are unweighted (paper Eq. 2).
+
+  Args:
+    model_fn: No-arg callable returning a `tff.learning.models.VariableModel`.
+    client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
+    max_clients: The largest cohort a round may have.
+    cv_threshold: cv_t.
+    sim_threshold: sim_t.
+    num_categories: C.
+    max_clusters: S.
+    alpha_normalization: 'sum_to_one' or 'literal'.
+    metrics_aggregator: As in `build_weighted_fed_avg`.
+    loop_implementation: As in `build_weighted_fed_avg`.
+
+  Returns:
+    A `tff.learning.templates.LearningProcess`.
+  """
+
+  @tff.tensorflow.computation
+  def initial_model_weights_fn():
+    return tff.learning.models.ModelWeights.from_model(model_fn())
+
+  model_weights_type = initial_model_weights_fn.type_signature.result
+  finalizer = fedsa.build_fedsa_finalizer(
+      model_weights_type,
+      max_clients=max_clients,
+      cv_threshold=cv_threshold,
+      sim_threshold=sim_threshold,
+      num_categories=num_categories,
+      max_clusters=max_clusters,
+      alpha_normalization=alpha_normalization,
+  )
+  client_work = tff.learning.templates.build_model_delta_client_work(
+      model_fn=model_fn,
+      optimizer=client_optimizer_fn,
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation,
+  )
+  aggregator = collect.CollectAllFactory(max_clients).create(
+      model_weights_type.trainable, tff.TensorType(np.float32)
+  )
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights_fn,
+      tff.learning.templates.build_broadcast_process(model_weights_type),
+      client_work,
+      aggregator,
+      finalizer,
+  )
