@@ -246,12 +246,20 @@ def evaluation_data(
     *,
     num_examples: Optional[int],
     seed: int,
-) -> tf.data.Dataset:
-  """A fixed, seeded evaluation sample, preprocessed for evaluation.
+    proxy_size: int = 0,
+) -> tuple[tf.data.Dataset, Optional[tf.data.Dataset]]:
+  """A fixed, seeded evaluation sample and a server proxy set, held out.
 
   The validation split where the task has one (Stack Overflow), else the test
-  split; clients in an order shuffled by `seed`, then the first `num_examples`
-  examples (all when None), as TFF's baselines sample held-out data.
+  split; clients in an order shuffled by `seed`, as TFF's baselines sample
+  held-out data. Its first `proxy_size` examples are the server's proxy set
+  (for FedLAW; held-out clients, never trained on), and the next
+  `num_examples` (all when None) are the evaluation sample, so no method is
+  evaluated on the proxy examples.
+
+  Returns:
+    (evaluation data preprocessed for evaluation, the proxy set as unbatched
+    model-input (x, y) examples or None when `proxy_size` is 0).
   """
   datasets = task.datasets
   held_out = datasets.validation_data
@@ -259,9 +267,13 @@ def evaluation_data(
     held_out = datasets.test_data
   if isinstance(held_out, tff.simulation.datasets.ClientData):
     held_out = held_out.create_tf_dataset_from_all_clients(seed=seed)
+  proxy = None
+  if proxy_size:
+    proxy = datasets.eval_preprocess_fn(held_out.take(proxy_size)).unbatch()
+    held_out = held_out.skip(proxy_size)
   if num_examples is not None:
     held_out = held_out.take(num_examples)
-  return datasets.eval_preprocess_fn(held_out)
+  return datasets.eval_preprocess_fn(held_out), proxy
 
 
 def flag_defaults(name: str) -> collections.OrderedDict[str, object]:

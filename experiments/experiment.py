@@ -128,8 +128,10 @@ OUTPUT_DIR = flags.DEFINE_string(
 DATA_DIR = flags.DEFINE_string('data_dir', None, 'Where the data set is.')
 PROXY_SIZE = flags.DEFINE_integer(
     'proxy_size', None,
-    'Server proxy set drawn from the test split (FedLAW; every method is then '
-    'evaluated on the rest of the split). Default 10 per class; 0: none.',
+    'Server proxy set (FedLAW), held out from evaluation for every method: '
+    'image binaries draw it class-balanced from the test split (default 10 '
+    'per class); femnist, stackoverflow, cifar100_federated take the first '
+    'examples of the shuffled held-out clients (default 1000). 0: none.',
 )
 PROXY_DISTRIBUTION = flags.DEFINE_enum(
     'proxy_distribution', 'balanced', partition.PROXY_DISTRIBUTIONS,
@@ -206,8 +208,9 @@ _NON_RUN_FLAGS = frozenset([
 ])
 # Flags of one kind of binary only.
 _PARTITION_FLAGS = ('num_clients', 'partition', 'alpha', 'shards_per_client',
-                    'normalization', 'data_dir', 'download', 'proxy_size',
+                    'normalization', 'data_dir', 'download',
                     'proxy_distribution')
+BASELINE_PROXY_SIZE = 1000
 _BASELINE_TASK_FLAGS = ('cache_dir', 'use_synthetic_data', 'eval_examples',
                         'max_client_examples', 'sequence_length', 'vocab_size',
                         'crop_size', 'distort_train_images')
@@ -572,13 +575,19 @@ def baseline_task_main(name: str) -> Callable[[list[str]], None]:
       logging.warning('Synthetic %s has %d clients: sampling %d per round.',
                       name, population, population)
       flags.FLAGS.clients_per_round = population
+    proxy_size = PROXY_SIZE.value
+    if proxy_size is None:
+      proxy_size = BASELINE_PROXY_SIZE
+    eval_data, proxy_data = baseline_tasks.evaluation_data(
+        task, num_examples=EVAL_EXAMPLES.value, seed=SEED.value,
+        proxy_size=proxy_size,
+    )
     summary = run(
         task,
         aggregator=AGGREGATOR.value,
         output_dir=default_output_dir(name, AGGREGATOR.value),
-        eval_data=baseline_tasks.evaluation_data(
-            task, num_examples=EVAL_EXAMPLES.value, seed=SEED.value
-        ),
+        eval_data=eval_data,
+        proxy_data=proxy_data,
     )
     logging.info('summary: %s', dict(summary))
 

@@ -114,9 +114,9 @@ def _word_counts(cache_dir=None, vocab_size=None):
 
 
 _FLAGS = {
-    'femnist': dict(model='cnn', batch_size=4),
-    'stackoverflow': dict(batch_size=4, eval_examples=6),
-    'cifar100_federated': dict(batch_size=3, crop_size=24),
+    'femnist': dict(model='cnn', batch_size=4, proxy_size=3),
+    'stackoverflow': dict(batch_size=4, eval_examples=6, proxy_size=3),
+    'cifar100_federated': dict(batch_size=3, crop_size=24, proxy_size=3),
 }
 
 
@@ -145,6 +145,26 @@ class BinariesTest(parameterized.TestCase):
   @parameterized.parameters(*baseline_tasks.TASKS)
   def test_synthetic_data(self, name):
     self._run(name, use_synthetic_data=True)
+
+  @parameterized.parameters(*baseline_tasks.TASKS)
+  def test_fedlaw_learns_on_held_out_clients(self, name):
+    _, rows = self._run(name, use_synthetic_data=True, aggregator='fedlaw',
+                        fedlaw_server_epochs=2)
+    self.assertIn('train/finalizer/gamma', rows[-1])
+    self.assertTrue(np.isfinite(float(rows[-1]['train/finalizer/gamma'])))
+
+  def test_proxy_examples_are_not_evaluated(self):
+    task = baseline_tasks.create_task(
+        'femnist', cache_dir=None, use_synthetic_data=True, model='cnn',
+        batch_size=4, local_epochs=1, max_client_examples=None,
+    )
+    everything, _ = baseline_tasks.evaluation_data(
+        task, num_examples=None, seed=0)
+    evaluated, proxy = baseline_tasks.evaluation_data(
+        task, num_examples=None, seed=0, proxy_size=5)
+    count = lambda d: sum(int(tf.shape(x)[0]) for x, _ in d)
+    self.assertEqual(len(list(proxy)), 5)
+    self.assertEqual(count(evaluated), count(everything) - 5)
 
   @parameterized.parameters(*baseline_tasks.TASKS)
   def test_tiny_files_in_tff_format(self, name):
