@@ -20,7 +20,6 @@ import experiments  # pylint: disable=unused-import,g-bad-import-order
 # (Sets TensorFlow's C++ log level before TensorFlow loads.)
 
 import collections
-import json
 import os
 import platform
 import resource

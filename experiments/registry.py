@@ -134,9 +134,10 @@ FEDLWS_TAU_MODE = flags.DEFINE_enum(
     'FedLWS tau: exact (paper Eq. 4, two aggregation phases; one worker '
     'only) or rms (one pass, an upper bound; works on several workers).',
 )
-FEDLWS_GROUPING = flags.DEFINE_enum(
-    'fedlws_grouping', 'layer', fedlws.GROUPINGS,
-    'FedLWS layers: kernel+bias (+normalization), Keras layers, or the model.',
+FEDLWS_VARIANT = flags.DEFINE_enum(
+    'fedlws_variant', 'layer', fedlws.GROUPINGS,
+    'FedLWS: layer-wise (kernel+bias, +normalization), per Keras layer, or '
+    'model-wise (one factor for the whole model).',
 )
 
 
@@ -156,7 +157,7 @@ def _fedlws(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       inputs.server_optimizer_fn,
       beta=FEDLWS_BETA.value,
       tau_clip=tau_clip,
-      grouping=FEDLWS_GROUPING.value,
+      grouping=FEDLWS_VARIANT.value,
       tau_mode=FEDLWS_TAU_MODE.value,
       proximal_strength=inputs.proximal_strength,
   )
@@ -216,14 +217,14 @@ def _fedlaw(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   )
 
 
-FEDSA_CV_THRESHOLD = flags.DEFINE_float(
-    'fedsa_cv_threshold', 0.2, 'FedSA cv_t (normalised CV threshold).'
+FEDSA_CV_T = flags.DEFINE_float(
+    'fedsa_cv_t', 0.2, 'FedSA cv_t (normalised CV threshold).'
 )
-FEDSA_SIM_THRESHOLD = flags.DEFINE_float(
-    'fedsa_sim_threshold', 0.2, 'FedSA sim_t (late-join similarity).'
+FEDSA_SIM_T = flags.DEFINE_float(
+    'fedsa_sim_t', 0.2, 'FedSA sim_t (late-join similarity threshold).'
 )
-FEDSA_CATEGORIES = flags.DEFINE_integer(
-    'fedsa_categories', 4,
+FEDSA_CLASSES = flags.DEFINE_integer(
+    'fedsa_classes', 4,
     'FedSA Micro-Class categories C (paper: 4 CIFAR-10, 5 CIFAR-100).',
 )
 FEDSA_CLUSTERS = flags.DEFINE_integer(
@@ -233,26 +234,55 @@ FEDSA_ALPHA_NORMALIZATION = flags.DEFINE_enum(
     'fedsa_alpha_normalization', 'sum_to_one', fedsa.ALPHA_NORMALIZATIONS,
     'FedSA cluster weights: normalised to sum 1 (spec) or literal Eq. 14.',
 )
+FEDSA_MIC_NORMALIZATION = flags.DEFINE_enum(
+    'fedsa_mic_normalization', 'per_coordinate_minmax',
+    fedsa.MIC_NORMALIZATIONS, 'FedSA Micro-Class binning (spec 2.4).',
+)
+FEDSA_MIC_SCALE = flags.DEFINE_float(
+    'fedsa_mic_scale', 4.0, "N of Eq. 8 for --fedsa_mic_normalization=raw."
+)
+FEDSA_ZERO_MEAN_POLICY = flags.DEFINE_enum(
+    'fedsa_zero_mean_policy', 'inf_is_high', fedsa.ZERO_MEAN_POLICIES,
+    'FedSA cv at a zero mean (spec 5.1).',
+)
+FEDSA_WEIGHTED_MEAN = flags.DEFINE_bool(
+    'fedsa_weighted_mean', False,
+    'FedSA means weighted by examples (paper: unweighted).',
+)
+FEDSA_LATE_JOIN_MODE = flags.DEFINE_enum(
+    'fedsa_late_join_mode', 'greedy_update', fedsa.LATE_JOIN_MODES,
+    'FedSA joins after S clusters exist (spec 2.6).',
+)
+FEDSA_CLUSTER_SCOPE = flags.DEFINE_enum(
+    'fedsa_cluster_scope', 'per_tensor', fedsa.CLUSTER_SCOPES,
+    'FedSA clusters per tensor (Algorithm 1) or once over all tensors.',
+)
 
 
 @register('fedsa')
 def _fedsa(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
-  """FedSA: FedAvg clients, skew-aware aggregation of the client models."""
+  """FedSA: FedAvg (or FedProx) clients, skew-aware aggregation of models."""
   if not inputs.clients_per_round:
     raise ValueError('FedSA needs the cohort size (clients_per_round).')
-  if inputs.server_optimizer != 'sgd' or inputs.proximal_strength > 0:
+  if inputs.server_optimizer != 'sgd':
     raise ValueError(
-        'FedSA replaces the server optimizer by its aggregation of FedAvg '
-        'client models: use --server_optimizer=sgd (its learning rate is not '
-        'used) and no --proximal_strength.'
+        'FedSA replaces the server optimizer by its aggregation of the client '
+        'models: use --server_optimizer=sgd (its learning rate is not used).'
     )
   return tff_aggregators.build_fedsa_process(
       inputs.model_fn,
       inputs.client_optimizer_fn,
       max_clients=inputs.clients_per_round,
-      cv_threshold=FEDSA_CV_THRESHOLD.value,
-      sim_threshold=FEDSA_SIM_THRESHOLD.value,
-      num_categories=FEDSA_CATEGORIES.value,
+      proximal_strength=inputs.proximal_strength,
+      cv_threshold=FEDSA_CV_T.value,
+      sim_threshold=FEDSA_SIM_T.value,
+      num_categories=FEDSA_CLASSES.value,
       max_clusters=FEDSA_CLUSTERS.value,
       alpha_normalization=FEDSA_ALPHA_NORMALIZATION.value,
+      mic_normalization=FEDSA_MIC_NORMALIZATION.value,
+      mic_scale=FEDSA_MIC_SCALE.value,
+      zero_mean_policy=FEDSA_ZERO_MEAN_POLICY.value,
+      weighted_mean=FEDSA_WEIGHTED_MEAN.value,
+      late_join_mode=FEDSA_LATE_JOIN_MODE.value,
+      cluster_scope=FEDSA_CLUSTER_SCOPE.value,
   )

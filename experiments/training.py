@@ -17,11 +17,10 @@ experiments evaluate centrally on a test split.
 
 import asyncio
 import collections
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 import csv
 import dataclasses
 import json
-import math
 import os
 import time
 from typing import Any, Optional

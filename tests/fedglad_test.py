@@ -1,6 +1,5 @@
 """FedGladFactory against a NumPy implementation of spec fedglad.md 2.3."""
 
-import collections
 import math
 
 from absl.testing import absltest

@@ -69,6 +69,34 @@ class BuildFedLwsProcessTest(parameterized.TestCase):
     ):
       np.testing.assert_array_equal(a, b)
 
+  def test_identical_client_updates_give_tau_zero_and_gamma_one(self):
+    datasets = [test_utils.tiny_client_datasets(1)[0]] * 3
+    process = algorithms.build_fedlws_process(
+        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, beta=1.0
+    )
+    output = process.next(process.initialize(), datasets)
+    np.testing.assert_allclose(output.metrics['finalizer']['tau'], [0.0],
+                               atol=1e-7)
+    np.testing.assert_array_equal(output.metrics['finalizer']['gamma'], [1.0])
+
+  def test_shrink_after_fedglad_and_adam(self):
+    from tff_aggregators.aggregators import fedglad  # pylint: disable=g-import-not-at-top
+    process = algorithms.build_fedlws_process(
+        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER,
+        tff.learning.optimizers.build_adam(0.01),
+        beta=1.0, model_aggregator=fedglad.FedGladFactory(gamma=0.5),
+    )
+    state = process.initialize()
+    for _ in range(3):
+      output = process.next(state, test_utils.tiny_client_datasets(4))
+      state = output.state
+    glad = output.metrics['aggregator']['mean']['fedglad']
+    self.assertEqual(glad['round'], 2)
+    self.assertNotEqual(glad['multiplier'][0], 1.0)
+    self.assertLess(output.metrics['finalizer']['gamma'][0], 1.0)
+    for leaf in process.get_model_weights(state).trainable:
+      self.assertTrue(np.all(np.isfinite(leaf)))
+
   def test_fedprox_and_model_wise(self):
     process = algorithms.build_fedlws_process(
         test_utils.tiny_model_fn, _CLIENT_OPTIMIZER,

@@ -100,6 +100,48 @@ class FedSaTensorTest(parameterized.TestCase):
       self.assertEqual(int(diag['clusters']), 2)
       self.assertFalse(np.allclose(out, x.mean(axis=0), atol=1e-7))
 
+  @parameterized.named_parameters(
+      ('per_tensor_minmax', dict(mic_normalization='per_tensor_minmax'),
+       dict(mic='per_tensor_minmax')),
+      ('quantile', dict(mic_normalization='quantile'), dict(mic='quantile')),
+      ('raw', dict(mic_normalization='raw', mic_scale=2000.0),
+       dict(mic='raw', mic_scale=2000.0)),
+      ('epsilon', dict(zero_mean_policy='epsilon'),
+       dict(epsilon_policy=True)),
+      ('weighted', dict(weighted_mean=True), dict(weighted=True)),
+      ('frozen', dict(late_join_mode='frozen', sim_threshold=0.3),
+       dict(frozen=True, sim_t=0.3)),
+      ('global', dict(cluster_scope='global'), dict(global_scope=True)),
+  )
+  def test_ablation_options_match_numpy(self, options, reference):
+    rng = np.random.default_rng(7)
+    tensors = [
+        (rng.normal(scale=0.05, size=(1, m))
+         + rng.normal(scale=0.03, size=(9, m))).astype(np.float32)
+        for m in (30, 12)
+    ]
+    tensors[1][:, 0] = [1, -1, 1, -1, 1, -1, 1, -1, 0]  # A zero mean.
+    weights = rng.uniform(1, 5, size=9).astype(np.float32)
+    got, diag = fedsa.fedsa(
+        [tf.constant(x) for x in tensors], tf.constant(weights),
+        num_categories=3, max_clusters=2, **options)
+    want = numpy_references.fedsa(tensors, weights, c=3, s=2,
+                                  **reference)
+    for g, w in zip(got, want):
+      np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
+    self.assertTrue(np.all(np.asarray(diag['high_fraction']) > 0))
+
+  def test_cv_threshold_one_gives_the_mean(self):
+    x = (np.random.default_rng(3).normal(size=(6, 20))).astype(np.float32)
+    out, diag = fedsa.fedsa_tensor(tf.constant(x), cv_threshold=1.0)
+    np.testing.assert_allclose(out, x.mean(axis=0), rtol=1e-5, atol=1e-7)
+    self.assertEqual(float(diag['high_fraction']), 0.0)
+
+  def test_identical_clients_give_their_model(self):
+    x = np.tile(np.linspace(-1, 1, 10, dtype=np.float32), (5, 1))
+    out, _ = fedsa.fedsa_tensor(tf.constant(x))
+    np.testing.assert_array_equal(out, x[0])
+
   def test_one_and_two_clients(self):
     x = _X[:1]
     out, _ = fedsa.fedsa_tensor(tf.constant(x), **_OPTIONS)
@@ -152,7 +194,7 @@ class BuildFedSaProcessTest(absltest.TestCase):
   def test_invalid_clients_are_left_out(self):
     weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
         trainable=[tff.TensorType(np.float32, [4])], non_trainable=[]))
-    process = fedsa.build_fedsa_finalizer(weights_type, max_clients=4)
+    process = fedsa.build_fedsa_finalizer(weights_type)
     weights = tff.learning.models.ModelWeights(
         trainable=[np.ones(4, np.float32)], non_trainable=[])
     deltas = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
@@ -170,7 +212,7 @@ class BuildFedSaProcessTest(absltest.TestCase):
     weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
         trainable=[tff.TensorType(np.float32, [40])], non_trainable=[]))
     process = fedsa.build_fedsa_finalizer(
-        weights_type, max_clients=10, num_categories=2, max_clusters=2)
+        weights_type, num_categories=2, max_clusters=2)
     rng = np.random.default_rng(5)
     weights = tff.learning.models.ModelWeights(
         trainable=[rng.normal(scale=0.05, size=40).astype(np.float32)],
@@ -185,18 +227,27 @@ class BuildFedSaProcessTest(absltest.TestCase):
                                   outputs[1].result.trainable[0])
     self.assertEqual(outputs[0].measurements['clusters'][0], 2)
 
+  def test_fedprox_clients(self):
+    process = algorithms.build_fedsa_process(
+        test_utils.tiny_model_fn, tff.learning.optimizers.build_sgdm(0.5),
+        max_clients=4, proximal_strength=0.1)
+    state = process.initialize()
+    for _ in range(2):
+      state = process.next(state, test_utils.tiny_client_datasets(4)).state
+    for leaf in process.get_model_weights(state).trainable:
+      self.assertTrue(np.all(np.isfinite(leaf)))
+
   def test_bad_arguments(self):
     weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
         trainable=[tff.TensorType(np.float32, [4])], non_trainable=[]))
     with self.assertRaisesRegex(ValueError, 'alpha_normalization'):
-      fedsa.build_fedsa_finalizer(weights_type, max_clients=2,
-                                  alpha_normalization='sum')
+      fedsa.build_fedsa_finalizer(weights_type, alpha_normalization='sum')
     with self.assertRaisesRegex(ValueError, 'num_categories'):
-      fedsa.build_fedsa_finalizer(weights_type, max_clients=2,
-                                  num_categories=0)
+      fedsa.build_fedsa_finalizer(weights_type, num_categories=0)
     with self.assertRaisesRegex(ValueError, 'cv_threshold'):
-      fedsa.build_fedsa_finalizer(weights_type, max_clients=2,
-                                  cv_threshold=1.5)
+      fedsa.build_fedsa_finalizer(weights_type, cv_threshold=1.5)
+    with self.assertRaisesRegex(ValueError, 'Unknown FedSA options'):
+      fedsa.build_fedsa_finalizer(weights_type, cv_t=0.2)
 
 
 if __name__ == '__main__':

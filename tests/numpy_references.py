@@ -184,19 +184,23 @@ def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
   return gamma, lam, gamma * lam @ rows
 
 
-def greedy_mac(sim, max_clusters, sim_threshold):
-  """GREEDY_MAC of spec fedsa.md 2.6: (clusters as member lists, in join order)."""
+def greedy_mac(sim, max_clusters, sim_threshold, frozen=False):
+  """GREEDY_MAC of spec fedsa.md 2.6: clusters as member lists (join order)."""
   k = len(sim)
   free = list(range(k))
   clusters = []
+  snapshot = None
   while free:
     bp, pair = -np.inf, None
     for a in free:
       for b in free:
         if a < b and sim[a][b] > bp:
           bp, pair = sim[a][b], (a, b)
+    if frozen and len(clusters) >= max_clusters and snapshot is None:
+      snapshot = [list(c) for c in clusters]
+    reference = snapshot if snapshot is not None else clusters
     bj, join = -np.inf, None
-    for s, members in enumerate(clusters):
+    for s, members in enumerate(reference):
       for u in free:
         c = np.mean([sim[v][u] for v in members])
         if c > bj:
@@ -219,50 +223,88 @@ def greedy_mac(sim, max_clusters, sim_threshold):
   return clusters
 
 
-def fedsa_tensor(x, *, cv_t=0.2, sim_t=0.2, c=4, s=4, literal=False,
-                 dtype=np.float64):
-  """Spec fedsa.md 2.9 for one tensor: x [K, M] -> [M].
-
-  `dtype=np.float32` mirrors float32 rounding where a category boundary
-  (ceil of C times a normalised deviation) is hit exactly.
-  """
-  x = np.asarray(x, dtype)
-  mu = x.mean(axis=0)
+def _fedsa_statistics(x, w, cv_t, c, mic, mic_scale, epsilon_policy, dtype):
+  mu = w @ x
   d = (x - mu)**2
-  sigma = np.sqrt(d.mean(axis=0))
+  sigma = np.sqrt(w @ d)
   with np.errstate(divide='ignore', invalid='ignore'):
-    cv = np.where(sigma == 0, 0.0,
-                  np.where(mu == 0, np.inf, sigma / np.abs(mu)))
+    if epsilon_policy:
+      cv = sigma / np.maximum(np.abs(mu), dtype(1e-12))
+    else:
+      cv = np.where(sigma == 0, 0.0,
+                    np.where(mu == 0, np.inf, sigma / np.abs(mu)))
   finite = np.isfinite(cv)
-  out = mu.copy()
   if finite.any():
     lo, hi = cv[finite].min(), cv[finite].max()
     cvn = np.where(finite, (cv - lo) / (hi - lo) if hi > lo else 0.0, 1.0)
   else:
     cvn = np.ones_like(cv)
   high = np.nonzero(cvn > cv_t)[0]
-  if len(high) == 0:
-    return out
   dh = d[:, high]
-  span = dh.max(axis=0) - dh.min(axis=0)
-  scaled = np.divide(dh - dh.min(axis=0), span, out=np.zeros_like(dh),
-                     where=span > 0)
-  cat = np.clip(np.ceil(c * scaled), 1, c).astype(int)
-  k = len(x)
-  sim = np.array([[np.mean(cat[a] == cat[b]) for b in range(k)]
-                  for a in range(k)])
-  clusters = greedy_mac(sim, s, sim_t)
-  if not clusters:
-    return out
-  weights, means = [], []
-  for members in clusters:
-    macro = np.array([np.bincount(cat[members, m], minlength=c + 1)[1:]
-                      .argmax() + 1 for m in range(len(high))])
-    counts = np.bincount(macro, minlength=c + 1)
-    weights.append(counts[macro] / (s * c))
-    means.append(x[members][:, high].mean(axis=0))
-  weights = np.array(weights)
-  if not literal:
-    weights = weights / weights.sum(axis=0)
-  out[high] = (weights * np.array(means)).sum(axis=0)
-  return out
+  if mic == 'quantile':
+    ranks = np.argsort(np.argsort(dh, axis=0, kind='stable'), axis=0,
+                       kind='stable')
+    cat = np.floor(ranks * c / len(x)).astype(int) + 1
+  else:
+    if mic == 'raw':
+      scaled = dh * mic_scale / c
+    else:
+      axis = 0 if mic == 'per_coordinate_minmax' else None
+      lo_d = dh.min(axis=axis) if dh.size else 0.0
+      span = (dh.max(axis=axis) if dh.size else 0.0) - lo_d
+      scaled = np.divide(dh - lo_d, span, out=np.zeros_like(dh),
+                         where=np.broadcast_to(np.asarray(span) > 0, dh.shape))
+    cat = np.ceil(c * scaled).astype(int)
+  cat = np.clip(cat, 1, c)
+  return mu, high, cat
+
+
+def fedsa(tensors, weights=None, *, cv_t=0.2, sim_t=0.2, c=4, s=4,
+          literal=False, mic='per_coordinate_minmax', mic_scale=4.0,
+          epsilon_policy=False, weighted=False, frozen=False,
+          global_scope=False, dtype=np.float64):
+  """Spec fedsa.md 2.9 (and its section 3 flags) on client models.
+
+  tensors[j] is [K, M_j]; returns the aggregated tensors. `dtype=np.float32`
+  mirrors float32 rounding where a category boundary is hit exactly.
+  """
+  tensors = [np.asarray(x, dtype) for x in tensors]
+  k = len(tensors[0])
+  w = (np.asarray(weights, dtype) / np.sum(weights) if weighted
+       else np.full(k, 1 / k, dtype))
+  stats = [_fedsa_statistics(x, w, cv_t, c, mic, mic_scale, epsilon_policy,
+                             dtype) for x in tensors]
+
+  def similarity(cats):
+    total = sum(cat.shape[1] for cat in cats)
+    return np.array([[
+        sum(np.sum(cat[a] == cat[b]) for cat in cats) / total if total else 0
+        for b in range(k)] for a in range(k)])
+
+  if global_scope:
+    shared = greedy_mac(similarity([st[2] for st in stats]), s, sim_t, frozen)
+  outputs = []
+  for x, (mu, high, cat) in zip(tensors, stats):
+    out = mu.copy()
+    clusters = (shared if global_scope
+                else greedy_mac(similarity([cat]), s, sim_t, frozen))
+    if len(high) and clusters:
+      alphas, means = [], []
+      for members in clusters:
+        macro = np.array([np.bincount(cat[members, m], minlength=c + 1)[1:]
+                          .argmax() + 1 for m in range(len(high))])
+        counts = np.bincount(macro, minlength=c + 1)
+        alphas.append(counts[macro] / (s * c))
+        mass = w[members] if weighted else np.ones(len(members))
+        means.append(mass @ x[members][:, high] / mass.sum())
+      alphas = np.array(alphas)
+      if not literal:
+        alphas = alphas / alphas.sum(axis=0)
+      out[high] = (alphas * np.array(means)).sum(axis=0)
+    outputs.append(out)
+  return outputs
+
+
+def fedsa_tensor(x, **options):
+  """`fedsa` of one tensor [K, M]."""
+  return fedsa([x], **options)[0]

@@ -4,11 +4,10 @@ from collections.abc import Callable
 from typing import Optional
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
-from tensorflow_federated.python.learning.templates import proximal_client_work
 from tff_aggregators.aggregators import fedglad
+from tff_aggregators.algorithms import client_works
 from tff_aggregators.finalizers import glad_adaptive
 
 SCALINGS = ('auto', 'update', 'first_moment')
@@ -127,28 +126,16 @@ def build_fedglad_process(
         loop_implementation=loop_implementation,
     )
 
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
+  initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
-  if proximal_strength > 0:
-    client_work = proximal_client_work.build_model_delta_client_work(
-        model_fn=model_fn,
-        optimizer=client_optimizer_fn,
-        client_weighting=client_weighting,
-        delta_l2_regularizer=proximal_strength,
-        metrics_aggregator=metrics_aggregator,
-        loop_implementation=loop_implementation,
-    )
-  else:
-    client_work = tff.learning.templates.build_model_delta_client_work(
-        model_fn=model_fn,
-        optimizer=client_optimizer_fn,
-        client_weighting=client_weighting,
-        metrics_aggregator=metrics_aggregator,
-        loop_implementation=loop_implementation,
-    )
+  client_work = client_works.model_delta_client_work(
+      model_fn,
+      client_optimizer_fn,
+      client_weighting=client_weighting,
+      proximal_strength=proximal_strength,
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation,
+  )
   aggregator = fedglad.FedGladFactory(
       emit='update_and_multipliers', **glad_options
   ).create(model_weights_type.trainable, tff.TensorType(np.float32))

@@ -8,6 +8,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import collect
+from tff_aggregators.algorithms import client_works
 from tff_aggregators.finalizers import fedlaw
 
 
@@ -62,10 +63,7 @@ def build_fedlaw_process(
     A `tff.learning.templates.LearningProcess`.
   """
 
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
+  initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
   finalizer = fedlaw.build_fedlaw_finalizer(
       model_fn,
@@ -80,9 +78,9 @@ def build_fedlaw_process(
       proxy_loss_fn=proxy_loss_fn,
       seed=seed,
   )
-  client_work = tff.learning.templates.build_model_delta_client_work(
-      model_fn=model_fn,
-      optimizer=client_optimizer_fn,
+  client_work = client_works.model_delta_client_work(
+      model_fn,
+      client_optimizer_fn,
       client_weighting=client_weighting,
       metrics_aggregator=metrics_aggregator,
       loop_implementation=loop_implementation,

@@ -6,6 +6,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import collect
+from tff_aggregators.algorithms import client_works
 from tff_aggregators.finalizers import fedsa
 
 
@@ -14,15 +15,12 @@ def build_fedsa_process(
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     *,
     max_clients: int,
-    cv_threshold: float = 0.2,
-    sim_threshold: float = 0.2,
-    num_categories: int = 4,
-    max_clusters: int = 4,
-    alpha_normalization: str = 'sum_to_one',
+    proximal_strength: float = 0.0,
     metrics_aggregator=None,
     loop_implementation: tff.learning.LoopImplementation = (
         tff.learning.LoopImplementation.DATASET_REDUCE
     ),
+    **fedsa_options,
 ) -> tff.learning.templates.LearningProcess:
   """A learning process whose server aggregates with FedSA.
 
@@ -36,36 +34,25 @@ def build_fedsa_process(
     model_fn: No-arg callable returning a `tff.learning.models.VariableModel`.
     client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
     max_clients: The largest cohort a round may have.
-    cv_threshold: cv_t.
-    sim_threshold: sim_t.
-    num_categories: C.
-    max_clusters: S.
-    alpha_normalization: 'sum_to_one' or 'literal'.
+    proximal_strength: FedProx's mu on the clients (0: FedAvg clients).
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
+    **fedsa_options: FedSA's options (cv_threshold, sim_threshold,
+      num_categories, max_clusters and the spec's ablation flags), see
+      `tff_aggregators.finalizers.fedsa.build_fedsa_finalizer`.
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
   """
 
-  @tff.tensorflow.computation
-  def initial_model_weights_fn():
-    return tff.learning.models.ModelWeights.from_model(model_fn())
-
+  initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
-  finalizer = fedsa.build_fedsa_finalizer(
-      model_weights_type,
-      max_clients=max_clients,
-      cv_threshold=cv_threshold,
-      sim_threshold=sim_threshold,
-      num_categories=num_categories,
-      max_clusters=max_clusters,
-      alpha_normalization=alpha_normalization,
-  )
-  client_work = tff.learning.templates.build_model_delta_client_work(
-      model_fn=model_fn,
-      optimizer=client_optimizer_fn,
+  finalizer = fedsa.build_fedsa_finalizer(model_weights_type, **fedsa_options)
+  client_work = client_works.model_delta_client_work(
+      model_fn,
+      client_optimizer_fn,
       client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      proximal_strength=proximal_strength,
       metrics_aggregator=metrics_aggregator,
       loop_implementation=loop_implementation,
   )

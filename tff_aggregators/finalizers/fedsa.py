@@ -31,6 +31,7 @@ model; K = 1 takes that client's model. FedSA replaces the global model
 """
 
 import collections
+
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
@@ -39,11 +40,21 @@ from tff_aggregators.aggregators import collect
 from tff_aggregators.finalizers import on_collected
 
 ALPHA_NORMALIZATIONS = ('sum_to_one', 'literal')
+MIC_NORMALIZATIONS = (
+    'per_coordinate_minmax', 'per_tensor_minmax', 'quantile', 'raw'
+)
+ZERO_MEAN_POLICIES = ('inf_is_high', 'epsilon')
+LATE_JOIN_MODES = ('greedy_update', 'frozen')
+CLUSTER_SCOPES = ('per_tensor', 'global')
 _UNASSIGNED, _UNCLUSTERED = -2, -1
+_EPSILON = 1e-12
 
 
 def greedy_macro_classes(
-    sim: tf.Tensor, max_clusters: int, sim_threshold: float
+    sim: tf.Tensor,
+    max_clusters: int,
+    sim_threshold: float,
+    late_join_mode: str = 'greedy_update',
 ) -> tf.Tensor:
   """GREEDY_MAC of spec 2.6: int32 [K], a cluster id or -1 (unclustered).
 
@@ -51,13 +62,17 @@ def greedy_macro_classes(
     sim: float32 [K, K] client similarities.
     max_clusters: S.
     sim_threshold: sim_t, for joins once S clusters exist (strict >).
+    late_join_mode: 'greedy_update' (cluster averages updated after every
+      join) or 'frozen' (once S clusters exist, clients are compared with the
+      clusters as they were then).
   """
   k = tf.shape(sim)[0]
   neg_inf = tf.constant(-np.inf, tf.float32)
   upper = tf.linalg.band_part(tf.ones([k, k], tf.bool), 0, -1)
   upper = tf.logical_and(upper, tf.logical_not(tf.eye(k, dtype=tf.bool)))
+  frozen = late_join_mode == 'frozen'
 
-  def body(assign, num_clusters, done):
+  def body(assign, num_clusters, done, snapshot, taken):
     free = tf.equal(assign, _UNASSIGNED)
     pairs = tf.where(
         tf.logical_and(upper, free[:, None] & free[None, :]), sim, neg_inf
@@ -65,7 +80,13 @@ def greedy_macro_classes(
     best_pair = tf.argmax(tf.reshape(pairs, [-1]), output_type=tf.int32)
     bp = tf.reduce_max(pairs)
     a, b = best_pair // k, best_pair % k
+    under_cap = num_clusters < max_clusters
     members = tf.transpose(tf.one_hot(assign, max_clusters))  # [S, K]
+    if frozen:  # The clusters as they were when the cap was reached.
+      snapshot = tf.where(
+          tf.logical_or(under_cap, taken), snapshot, members)
+      taken = tf.logical_or(taken, tf.logical_not(under_cap))
+      members = tf.where(under_cap, members, snapshot)
     size = tf.reduce_sum(members, axis=1)
     csim = tf.math.divide_no_nan(
         tf.linalg.matmul(members, sim), size[:, None]
@@ -76,7 +97,6 @@ def greedy_macro_classes(
     best_join = tf.argmax(tf.reshape(joins, [-1]), output_type=tf.int32)
     bj = tf.reduce_max(joins)
     s, u = best_join // k, best_join % k
-    under_cap = num_clusters < max_clusters
     nothing = tf.logical_and(tf.equal(bp, neg_inf), tf.equal(bj, neg_inf))
     join = tf.where(under_cap, bj >= bp, bj > sim_threshold)
     join = tf.logical_and(join, tf.logical_not(nothing))
@@ -94,70 +114,113 @@ def greedy_macro_classes(
         assign,
     )
     assign = tf.where(tf.logical_and(stop, free), _UNCLUSTERED, assign)
-    return assign, num_clusters + tf.cast(open_pair, tf.int32), stop
+    return (assign, num_clusters + tf.cast(open_pair, tf.int32), stop,
+            snapshot, taken)
 
-  def cond(assign, unused_num_clusters, done):
+  def cond(assign, unused_num_clusters, done, unused_snapshot, unused_taken):
     return tf.logical_and(
         tf.logical_not(done), tf.reduce_any(tf.equal(assign, _UNASSIGNED))
     )
 
-  assign, _, _ = tf.while_loop(
+  assign, _, _, _, _ = tf.while_loop(
       cond,
       body,
-      (tf.fill([k], _UNASSIGNED), tf.constant(0), tf.constant(False)),
+      (tf.fill([k], _UNASSIGNED), tf.constant(0), tf.constant(False),
+       tf.zeros([max_clusters, k]), tf.constant(False)),
   )
   return assign
 
 
-def fedsa_tensor(
+def _weighted_mean(values: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
+  """Mean over axis 0 of values [K, ...] with weights [K] (summing to 1)."""
+  return tf.tensordot(weights, values, axes=1)
+
+
+def tensor_statistics(
     x: tf.Tensor,
+    client_weights: tf.Tensor,
     *,
     cv_threshold: float,
-    sim_threshold: float,
     num_categories: int,
-    max_clusters: int,
-    alpha_normalization: str,
-) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-  """FedSA for one tensor: x float32 [K, M] (K >= 1) -> ([M], diagnostics)."""
-  mu = tf.reduce_mean(x, axis=0)
+    mic_normalization: str,
+    mic_scale: float,
+    zero_mean_policy: str,
+) -> dict[str, tf.Tensor]:
+  """Eqs. 2-9 for one tensor x [K, M]; client_weights [K] sum to 1.
+
+  Returns the mean `mu` [M], the high-dispersion indices `high_index`
+  [Mh], `x_high` [K, Mh] and the Micro-Class one-hots `mic` [K, Mh, C].
+  """
+  mu = _weighted_mean(x, client_weights)
   d = tf.square(x - mu)
-  sigma = tf.sqrt(tf.reduce_mean(d, axis=0))
+  sigma = tf.sqrt(_weighted_mean(d, client_weights))
   inf = tf.constant(np.inf, tf.float32)
-  cv = tf.where(
-      tf.equal(sigma, 0.0),
-      0.0,
-      tf.where(tf.equal(mu, 0.0), inf, sigma / tf.abs(mu)),
-  )
+  if zero_mean_policy == 'epsilon':
+    cv = sigma / tf.maximum(tf.abs(mu), _EPSILON)
+  else:
+    cv = tf.where(
+        tf.equal(sigma, 0.0),
+        0.0,
+        tf.where(tf.equal(mu, 0.0), inf, sigma / tf.abs(mu)),
+    )
   finite = tf.math.is_finite(cv)
   finite_cv = tf.boolean_mask(cv, finite)
   has_finite = tf.size(finite_cv) > 0
-  low = tf.where(has_finite, tf.reduce_min(tf.concat([finite_cv, [inf]], 0)),
-                 0.0)
-  high = tf.where(has_finite, tf.reduce_max(tf.concat([finite_cv, [-inf]], 0)),
-                  0.0)
+  low = tf.where(
+      has_finite, tf.reduce_min(tf.concat([finite_cv, [inf]], 0)), 0.0)
+  high = tf.where(
+      has_finite, tf.reduce_max(tf.concat([finite_cv, [-inf]], 0)), 0.0)
   cv_normalized = tf.where(
       finite, tf.math.divide_no_nan(cv - low, high - low), 1.0
   )
   high_index = tf.where(cv_normalized > cv_threshold)[:, 0]
-  num_high = tf.size(high_index)
   x_high = tf.gather(x, high_index, axis=1)
   d_high = tf.gather(d, high_index, axis=1)
-  d_low = tf.reduce_min(d_high, axis=0)
-  d_span = tf.reduce_max(d_high, axis=0) - d_low
-  scaled = tf.math.divide_no_nan(d_high - d_low, d_span)
-  category = tf.clip_by_value(
-      tf.cast(tf.math.ceil(num_categories * scaled), tf.int32),
-      1, num_categories,
-  ) - 1  # 0-based
-  one_hot = tf.one_hot(category, num_categories)  # [K, Mh, C]
-  sim = tf.math.divide_no_nan(
-      tf.einsum('kmc,lmc->kl', one_hot, one_hot),
-      tf.cast(num_high, tf.float32),
+  if mic_normalization == 'quantile':
+    # Equal-mass bins: the rank of each client's deviation at a coordinate.
+    ranks = tf.cast(
+        tf.argsort(tf.argsort(d_high, axis=0, stable=True), axis=0),
+        tf.float32,
+    )
+    k = tf.cast(tf.shape(x)[0], tf.float32)
+    category = tf.cast(tf.floor(ranks * num_categories / k), tf.int32) + 1
+  else:
+    if mic_normalization == 'raw':
+      scaled = d_high * mic_scale / num_categories
+    else:
+      axis = 0 if mic_normalization == 'per_coordinate_minmax' else None
+      d_low = tf.reduce_min(d_high, axis=axis)
+      d_span = tf.reduce_max(d_high, axis=axis) - d_low
+      scaled = tf.math.divide_no_nan(d_high - d_low, d_span)
+    category = tf.cast(tf.math.ceil(num_categories * scaled), tf.int32)
+  category = tf.clip_by_value(category, 1, num_categories) - 1  # 0-based
+  return dict(
+      mu=mu, high_index=high_index, x_high=x_high,
+      mic=tf.one_hot(category, num_categories),
   )
-  assign = greedy_macro_classes(sim, max_clusters, sim_threshold)
+
+
+def agreement(mic: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """(same-category counts [K, K], number of high coordinates) of Eq. 10."""
+  return (tf.einsum('kmc,lmc->kl', mic, mic),
+          tf.cast(tf.shape(mic)[1], tf.float32))
+
+
+def aggregate_high(
+    stats: dict[str, tf.Tensor],
+    assign: tf.Tensor,
+    client_weights: tf.Tensor,
+    *,
+    num_categories: int,
+    max_clusters: int,
+    alpha_normalization: str,
+    weighted_mean: bool,
+) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+  """Eqs. 11-15: the tensor with its high coordinates from the clusters."""
+  mu, high_index = stats['mu'], stats['high_index']
   members = tf.transpose(tf.one_hot(assign, max_clusters))  # [S, K]
   size = tf.reduce_sum(members, axis=1)
-  counts = tf.einsum('sk,kmc->smc', members, one_hot)
+  counts = tf.einsum('sk,kmc->smc', members, stats['mic'])
   macro = tf.argmax(counts, axis=-1, output_type=tf.int32)  # [S, Mh]
   occurrences = tf.reduce_sum(tf.one_hot(macro, num_categories), axis=1)
   alpha = tf.gather(occurrences, macro, batch_dims=1) / float(
@@ -166,69 +229,141 @@ def fedsa_tensor(
   alpha = tf.where(size[:, None] > 0, alpha, 0.0)
   if alpha_normalization == 'sum_to_one':
     alpha = tf.math.divide_no_nan(alpha, tf.reduce_sum(alpha, axis=0))
+  mass = members * client_weights[None, :] if weighted_mean else members
   cluster_means = tf.math.divide_no_nan(
-      tf.linalg.matmul(members, x_high), size[:, None]
+      tf.linalg.matmul(mass, stats['x_high']),
+      tf.reduce_sum(mass, axis=1)[:, None],
   )
-  clustered = tf.reduce_any(size > 0)
   out_high = tf.where(
-      clustered,
+      tf.reduce_any(size > 0),
       tf.reduce_sum(alpha * cluster_means, axis=0),
       tf.gather(mu, high_index),
   )
   out = tf.tensor_scatter_nd_update(mu, high_index[:, None], out_high)
   diagnostics = dict(
-      high_fraction=tf.cast(num_high, tf.float32)
+      high_fraction=tf.cast(tf.size(high_index), tf.float32)
       / tf.cast(tf.size(mu), tf.float32),
       clusters=tf.reduce_sum(tf.cast(size > 0, tf.int32)),
-      unclustered=tf.reduce_sum(tf.cast(tf.equal(assign, _UNCLUSTERED),
-                                        tf.int32)),
+      unclustered=tf.reduce_sum(
+          tf.cast(tf.equal(assign, _UNCLUSTERED), tf.int32)),
   )
   return out, diagnostics
 
 
-def build_fedsa_finalizer(
-    model_weights_type: tff.StructType,
+def fedsa(
+    tensors: list[tf.Tensor],
+    client_weights: tf.Tensor,
     *,
-    max_clients: int,
     cv_threshold: float = 0.2,
     sim_threshold: float = 0.2,
     num_categories: int = 4,
     max_clusters: int = 4,
     alpha_normalization: str = 'sum_to_one',
+    mic_normalization: str = 'per_coordinate_minmax',
+    mic_scale: float = 4.0,
+    zero_mean_policy: str = 'inf_is_high',
+    weighted_mean: bool = False,
+    late_join_mode: str = 'greedy_update',
+    cluster_scope: str = 'per_tensor',
+) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
+  """FedSA over client models: tensors[j] is float32 [K, M_j], K >= 1.
+
+  `client_weights` [K] (e.g. example counts) are used only with
+  `weighted_mean=True`. Returns the aggregated tensors [M_j] and per-tensor
+  diagnostics (`high_fraction`, `clusters`, `unclustered`, stacked [J]).
+  """
+  k = tf.shape(tensors[0])[0]
+  weights = (client_weights / tf.reduce_sum(client_weights) if weighted_mean
+             else tf.ones([k]) / tf.cast(k, tf.float32))
+  stats = [
+      tensor_statistics(
+          x, weights, cv_threshold=cv_threshold,
+          num_categories=num_categories, mic_normalization=mic_normalization,
+          mic_scale=mic_scale, zero_mean_policy=zero_mean_policy,
+      )
+      for x in tensors
+  ]
+  cluster = lambda sim: greedy_macro_classes(
+      sim, max_clusters, sim_threshold, late_join_mode)
+  if cluster_scope == 'global':  # One clustering on all high coordinates.
+    same, num_high = zip(*[agreement(st['mic']) for st in stats])
+    assign = cluster(tf.math.divide_no_nan(tf.add_n(same), tf.add_n(num_high)))
+    assigns = [assign] * len(stats)
+  else:
+    assigns = [cluster(tf.math.divide_no_nan(*agreement(st['mic'])))
+               for st in stats]
+  outputs, diagnostics = [], collections.defaultdict(list)
+  for st, assign in zip(stats, assigns):
+    out, diag = aggregate_high(
+        st, assign, weights, num_categories=num_categories,
+        max_clusters=max_clusters, alpha_normalization=alpha_normalization,
+        weighted_mean=weighted_mean,
+    )
+    outputs.append(out)
+    for key, value in diag.items():
+      diagnostics[key].append(value)
+  return outputs, {key: tf.stack(v) for key, v in diagnostics.items()}
+
+
+def fedsa_tensor(x: tf.Tensor, **options) -> tuple[tf.Tensor, dict]:
+  """`fedsa` of one tensor x [K, M] with unit client weights."""
+  (out,), diagnostics = fedsa([x], tf.ones([tf.shape(x)[0]]), **options)
+  return out, {key: value[0] for key, value in diagnostics.items()}
+
+
+def build_fedsa_finalizer(
+    model_weights_type: tff.StructType,
+    **options,
 ) -> tff.learning.templates.FinalizerProcess:
   """The FedSA finalizer; its update is `CollectAllFactory`'s result.
 
   Args:
     model_weights_type: The `tff.learning.models.ModelWeights` type.
-    max_clients: The collect-all capacity.
-    cv_threshold: cv_t (0.2).
-    sim_threshold: sim_t (0.2).
-    num_categories: C, Micro-Class categories (paper: 4 CIFAR-10, 5
-      CIFAR-100, 8 Tiny-ImageNet).
-    max_clusters: S, Macro-Classes at most (same values as C).
-    alpha_normalization: 'sum_to_one' (default) or 'literal' (Eq. 14 as
-      printed, whose weights do not sum to 1).
+    **options: The options of `fedsa`, with the spec's defaults:
+      cv_threshold (cv_t, 0.2), sim_threshold (sim_t, 0.2), num_categories
+      (C: paper 4 CIFAR-10, 5 CIFAR-100, 8 Tiny-ImageNet), max_clusters (S,
+      as C), alpha_normalization ('sum_to_one' | 'literal', Eq. 14 as
+      printed), mic_normalization ('per_coordinate_minmax' | 'per_tensor_
+      minmax' | 'quantile' | 'raw', with mic_scale the N of Eq. 8),
+      zero_mean_policy ('inf_is_high' | 'epsilon'), weighted_mean (False:
+      Eq. 2's unweighted means; True: by the clients' weights),
+      late_join_mode ('greedy_update' | 'frozen'), cluster_scope
+      ('per_tensor' as Algorithm 1 | 'global').
 
   Returns:
     A `FinalizerProcess` with empty state. Measurements: `num_clients`, and
     per trainable tensor `high_fraction` (M_h / M), `clusters` and
     `unclustered` (vectors over the tensors).
+
+  Raises:
+    ValueError: On an unknown option or value.
   """
-  del max_clients  # The collected cohort carries its own size.
-  if alpha_normalization not in ALPHA_NORMALIZATIONS:
-    raise ValueError(f'alpha_normalization must be one of '
-                     f'{ALPHA_NORMALIZATIONS}, got {alpha_normalization!r}.')
-  if num_categories < 1 or max_clusters < 1:
-    raise ValueError('num_categories and max_clusters must be >= 1, got '
-                     f'{num_categories}, {max_clusters}.')
-  if not (0 <= cv_threshold <= 1 and 0 <= sim_threshold <= 1):
-    raise ValueError('cv_threshold and sim_threshold must be in [0, 1], got '
-                     f'{cv_threshold}, {sim_threshold}.')
-  options = dict(
-      cv_threshold=cv_threshold, sim_threshold=sim_threshold,
-      num_categories=num_categories, max_clusters=max_clusters,
-      alpha_normalization=alpha_normalization,
+  choices = dict(
+      alpha_normalization=ALPHA_NORMALIZATIONS,
+      mic_normalization=MIC_NORMALIZATIONS,
+      zero_mean_policy=ZERO_MEAN_POLICIES,
+      late_join_mode=LATE_JOIN_MODES,
+      cluster_scope=CLUSTER_SCOPES,
   )
+  known = set(choices) | {
+      'cv_threshold', 'sim_threshold', 'num_categories', 'max_clusters',
+      'mic_scale', 'weighted_mean'}
+  unknown = set(options) - known
+  if unknown:
+    raise ValueError(f'Unknown FedSA options {sorted(unknown)}; known: '
+                     f'{sorted(known)}.')
+  for name, allowed in choices.items():
+    if name in options and options[name] not in allowed:
+      raise ValueError(f'{name} must be one of {allowed}, got '
+                       f'{options[name]!r}.')
+  if options.get('num_categories', 4) < 1 or options.get('max_clusters',
+                                                          4) < 1:
+    raise ValueError('num_categories and max_clusters must be >= 1, got '
+                     f'{options.get("num_categories")}, '
+                     f'{options.get("max_clusters")}.')
+  for name in ('cv_threshold', 'sim_threshold'):
+    if not 0 <= options.get(name, 0.2) <= 1:
+      raise ValueError(f'{name} must be in [0, 1], got {options[name]}.')
 
   @tff.tensorflow.computation
   def initial_state():
@@ -241,25 +376,20 @@ def build_fedsa_finalizer(
     @tff.tensorflow.computation(state_type, trainable_type, collected_type)
     def server_step(state, weights, collected):
       w = collect.flatten(weights)
-      models, _, _ = on_collected.valid_client_models(w, collected)
+      models, client_weights, _ = on_collected.valid_client_models(
+          w, collected)
       # A canonical client order, so that ties resolve the same whatever
       # order the clients arrive in (several TFF workers).
       projection = tf.random.stateless_uniform(tf.shape(w), seed=[0, 0])
-      models = tf.gather(
-          models, tf.argsort(tf.linalg.matvec(models, projection))
-      )
+      order = tf.argsort(tf.linalg.matvec(models, projection))
+      models = tf.gather(models, order)
+      client_weights = tf.gather(client_weights, order)
       num_clients = tf.shape(models)[0]
 
       def aggregate():
-        outputs, diagnostics = [], collections.defaultdict(list)
-        for x in tf.split(models, sizes, axis=1):
-          out, diag = fedsa_tensor(x, **options)
-          outputs.append(out)
-          for key, value in diag.items():
-            diagnostics[key].append(value)
-        return tf.concat(outputs, 0), {
-            k: tf.stack(v) for k, v in diagnostics.items()
-        }
+        outputs, diagnostics = fedsa(
+            tf.split(models, sizes, axis=1), client_weights, **options)
+        return tf.concat(outputs, 0), diagnostics
 
       def keep():
         n = len(sizes)
