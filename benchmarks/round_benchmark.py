@@ -106,6 +106,7 @@ def _measure(name, task, proxy_data, *, clients_per_round, num_workers):
           server_optimizer='sgd',
           clients_per_round=clients_per_round,
           proxy_data=proxy_data,
+          num_clients=len(task.datasets.train_data.client_ids),
       ),
   )
   with tempfile.TemporaryDirectory() as output_dir:

@@ -471,19 +471,23 @@ def run(
       runtime.use_local_worker(MAX_CONCURRENT_COMPUTATION_CALLS.value)
   except (TimeoutError, RuntimeError) as e:
     raise SystemExit(f'error: {e}') from e
-  process = registry.build_process(
-      aggregator,
-      registry.ProcessInputs(
-          model_fn=task.model_fn,
-          client_optimizer_fn=_client_optimizer(),
-          server_optimizer_fn=_server_optimizer(),
-          server_optimizer=SERVER_OPTIMIZER.value,
-          proximal_strength=PROXIMAL_STRENGTH.value,
-          clients_per_round=CLIENTS_PER_ROUND.value,
-          proxy_data=proxy_data,
-          seed=SEED.value,
-      ),
-  )
+  try:
+    process = registry.build_process(
+        aggregator,
+        registry.ProcessInputs(
+            model_fn=task.model_fn,
+            client_optimizer_fn=_client_optimizer(),
+            server_optimizer_fn=_server_optimizer(),
+            server_optimizer=SERVER_OPTIMIZER.value,
+            proximal_strength=PROXIMAL_STRENGTH.value,
+            clients_per_round=CLIENTS_PER_ROUND.value,
+            proxy_data=proxy_data,
+            seed=SEED.value,
+            num_clients=len(task.datasets.train_data.client_ids),
+        ),
+    )
+  except ValueError as e:  # A method's settings that cannot work.
+    raise SystemExit(f'error: --aggregator={aggregator}: {e}') from e
   logging.info('%s: writing to %s', aggregator, output_dir)
   config = training.TrainingConfig(
       rounds=ROUNDS.value,

@@ -35,6 +35,7 @@ class ProcessInputs:
     proxy_data: The server's proxy set of unbatched (x, y) model inputs, for
       methods that learn on one (FedLAW); None when the binary has none.
     seed: The run's seed.
+    num_clients: The population (the task's training clients), if known.
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -45,6 +46,7 @@ class ProcessInputs:
   clients_per_round: Optional[int] = None
   proxy_data: Optional[tf.data.Dataset] = None
   seed: int = 0
+  num_clients: Optional[int] = None
 
 
 Builder = Callable[[ProcessInputs], tff.learning.templates.LearningProcess]
@@ -285,4 +287,45 @@ def _fedsa(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       weighted_mean=FEDSA_WEIGHTED_MEAN.value,
       late_join_mode=FEDSA_LATE_JOIN_MODE.value,
       cluster_scope=FEDSA_CLUSTER_SCOPE.value,
+  )
+
+
+FEDCDA_K = flags.DEFINE_integer(
+    'fedcda_k', 3, 'FedCDA memory: cached models per client (K).'
+)
+FEDCDA_BATCHES = flags.DEFINE_integer(
+    'fedcda_batches', 3, 'FedCDA selection batches per round (B).'
+)
+FEDCDA_L = flags.DEFINE_float('fedcda_l', 1.0, 'FedCDA smoothness L.')
+FEDCDA_WARMUP = flags.DEFINE_integer(
+    'fedcda_warmup', 50, 'FedCDA warm-up rounds of FedAvg (T_w).'
+)
+FEDCDA_MAX_STATE_MB = flags.DEFINE_integer(
+    'fedcda_max_state_mb', 512,
+    'Refuse a FedCDA history (clients x K x parameters x 4 bytes) above this.',
+)
+
+
+@register('fedcda')
+def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
+  """FedCDA: per-client model history on the server, cross-round selection."""
+  if not inputs.clients_per_round or not inputs.num_clients:
+    raise ValueError('FedCDA needs the cohort size and the population.')
+  if inputs.server_optimizer != 'sgd' or inputs.proximal_strength > 0:
+    raise ValueError(
+        'FedCDA replaces the server optimizer by its selection over FedAvg '
+        'client models: use --server_optimizer=sgd (its learning rate is not '
+        'used) and no --proximal_strength.'
+    )
+  return tff_aggregators.build_fedcda_process(
+      inputs.model_fn,
+      inputs.client_optimizer_fn,
+      num_clients=inputs.num_clients,
+      max_clients=inputs.clients_per_round,
+      memory_size=FEDCDA_K.value,
+      num_batches=FEDCDA_BATCHES.value,
+      smoothness=FEDCDA_L.value,
+      warmup_rounds=FEDCDA_WARMUP.value,
+      seed=inputs.seed,
+      max_state_bytes=FEDCDA_MAX_STATE_MB.value * 2**20,
   )

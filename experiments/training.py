@@ -32,6 +32,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import plotting
+from tff_aggregators.client_works import identified
 
 METRICS_CSV = 'metrics.csv'
 SUMMARY_JSON = 'summary.json'
@@ -126,6 +127,7 @@ class ClientSampler:
       )
     self._clients_per_round = clients_per_round
     self._seed = seed
+    self._index = None
 
   def client_ids(self, round_num: int) -> list[str]:
     """The cohort of `round_num`, a function of (seed, round) only."""
@@ -153,6 +155,16 @@ class ClientSampler:
     return [
         self.client_dataset(round_num, c) for c in self.client_ids(round_num)
     ]
+
+  def identified_cohort(self, round_num: int) -> list[Any]:
+    """The cohort with each client's index in the task's client ids."""
+    ids = self.client_ids(round_num)
+    index = self._index or {c: i for i, c in enumerate(self._client_ids)}
+    self._index = index
+    return identified.with_client_ids(
+        [self.client_dataset(round_num, c) for c in ids],
+        [index[c] for c in ids],
+    )
 
 
 class CentralEvaluator:
@@ -323,7 +335,12 @@ async def _train(
           round_num - 1
       )
       state = _set_client_learning_rate(process, state, learning_rate)
-    output = process.next(state, sampler.cohort(round_num))
+    cohort = (
+        sampler.identified_cohort(round_num)
+        if identified.expects_client_ids(process)
+        else sampler.cohort(round_num)
+    )
+    output = process.next(state, cohort)
     round_seconds = time.monotonic() - started
     weights = process.get_model_weights(output.state)
     train_loss = (

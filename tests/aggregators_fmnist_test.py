@@ -7,6 +7,7 @@ does, with the SGD, momentum and Adam servers.
 import itertools
 
 from absl.testing import absltest
+from absl.testing import flagsaver
 from absl.testing import parameterized
 import numpy as np
 import tensorflow_federated as tff
@@ -21,9 +22,9 @@ _SERVERS = {
     'sgdm': lambda: tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
     'adam': lambda: tff.learning.optimizers.build_adam(0.003, epsilon=1e-8),
 }
-# FedLAW's and FedSA's aggregations replace the server optimizer.
-_UNSUPPORTED = {('fedlaw', 'sgdm'), ('fedlaw', 'adam'), ('fedsa', 'sgdm'),
-                ('fedsa', 'adam')}
+# FedCDA's, FedLAW's and FedSA's aggregations replace the server optimizer.
+_UNSUPPORTED = {(method, server) for method in ('fedcda', 'fedlaw', 'fedsa')
+                for server in ('sgdm', 'adam')}
 
 
 def setUpModule():
@@ -55,12 +56,15 @@ class AggregatorsOnFashionMnistTest(parameterized.TestCase):
         server_optimizer=server,
         clients_per_round=4,
         proxy_data=self._proxy,
+        num_clients=6,
     )
     if (aggregator, server) in _UNSUPPORTED:
       with self.assertRaisesRegex(ValueError, 'server_optimizer'):
         registry.build_process(aggregator, inputs)
       return
-    process = registry.build_process(aggregator, inputs)
+    # FedCDA's selection starts after its warm-up: one round here.
+    with flagsaver.flagsaver(fedcda_warmup=1):
+      process = registry.build_process(aggregator, inputs)
     output_dir = self.create_tempdir().full_path
     summary = training.train(
         process,

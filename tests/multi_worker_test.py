@@ -73,6 +73,7 @@ def _train(name, task, num_workers, output_dir):
           server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
           server_optimizer='sgd',
           clients_per_round=4,
+          num_clients=len(task.datasets.train_data.client_ids),
           proxy_data=task.datasets.eval_preprocess_fn(
               task.datasets.test_data.take(50)
           ).unbatch(),
@@ -100,7 +101,8 @@ class AgreementTest(parameterized.TestCase):
     task = test_utils.small_fmnist_task(self.create_tempdir().full_path)
     # FedLWS's exact tau needs two aggregation phases, which TFF's
     # multi-worker runtime cannot split; its one-pass mode can.
-    with flagsaver.flagsaver(fedlws_tau_mode='rms'):
+    # FedCDA's selection starts after one warm-up round.
+    with flagsaver.flagsaver(fedlws_tau_mode='rms', fedcda_warmup=1):
       one = _train(name, task, 1, self.create_tempdir().full_path)
       two = _train(name, task, 2, self.create_tempdir().full_path)
     for row_one, row_two in zip(one, two, strict=True):

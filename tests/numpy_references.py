@@ -4,6 +4,8 @@ Each function follows the equations of `../shared/specs/<method>.md` directly,
 without TFF, so the tests can check the TFF building blocks against them.
 """
 
+import itertools
+
 import numpy as np
 
 
@@ -308,3 +310,60 @@ def fedsa(tensors, weights=None, *, cv_t=0.2, sim_t=0.2, c=4, s=4,
 def fedsa_tensor(x, **options):
   """`fedsa` of one tensor [K, M]."""
   return fedsa([x], **options)[0]
+
+
+class FedCdaServer:
+  """Spec fedcda.md 2.4 with the objective of eq. 5 evaluated directly.
+
+  `step` takes the participants (in collected order) and returns the new
+  global model; caches are per-client lists of (model, loss, round), newest
+  last, at most K long.
+  """
+
+  def __init__(self, memory_size, num_batches, smoothness, warmup_rounds,
+               permutation):
+    self.k, self.b, self.l = memory_size, num_batches, smoothness
+    self.warmup = warmup_rounds
+    self.permutation = permutation  # (round, p) -> order of participants
+    self.cache, self.selected = {}, {}  # id -> entries; id -> round stamp
+    self.older_selected = 0
+
+  def _entry(self, client, stamp):
+    return next(e for e in self.cache[client] if e[2] == stamp)
+
+  def objective(self, entries):
+    models = np.array([e[0] for e in entries])
+    losses = np.array([e[1] for e in entries])
+    mean = models.mean(axis=0)
+    return losses.mean() + self.l / (2 * len(entries)) * np.sum(
+        (models - mean)**2)
+
+  def step(self, t, ids, models, losses, weights):
+    for client, model, loss in zip(ids, models, losses):
+      entries = self.cache.setdefault(client, [])
+      entries.append((np.asarray(model, np.float64), float(loss), t))
+      del entries[:-self.k]
+    self.older_selected = 0
+    if t < self.warmup:
+      for client in ids:
+        self.selected[client] = t
+      mass = np.asarray(weights, np.float64) / np.sum(weights)
+      return mass @ np.asarray(models, np.float64)
+    fixed = [self._entry(c, s) for c, s in self.selected.items()
+             if c not in ids]
+    order = self.permutation(t, len(ids))
+    for batch in np.array_split(order, min(self.b, len(ids))):
+      clients = [ids[i] for i in batch]
+      options = [sorted(self.cache[c], key=lambda e: -e[2]) for c in clients]
+      best, best_j = None, np.inf
+      for combo in itertools.product(*[range(len(o)) for o in options]):
+        chosen = [o[r] for o, r in zip(options, combo)]
+        value = self.objective(fixed + chosen)
+        if value < best_j:
+          best, best_j = combo, value
+      for client, o, r in zip(clients, options, best):
+        self.selected[client] = o[r][2]
+        fixed.append(o[r])
+        self.older_selected += int(r > 0)
+    everyone = [self._entry(c, s) for c, s in self.selected.items()]
+    return np.mean([e[0] for e in everyone], axis=0)

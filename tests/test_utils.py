@@ -242,22 +242,29 @@ def tiny_client_datasets(num_clients: int, seed: int = 0) -> list:
   return datasets
 
 
-def client_deltas(
+_SINGLE_CLIENT_FEDAVG = {}
+
+
+def client_results(
     model_fn, client_optimizer_fn, weights, datasets
-) -> tuple[list[list[np.ndarray]], np.ndarray]:
-  """Each client's model delta from `weights`, and its number of examples.
+) -> tuple[list[list[np.ndarray]], np.ndarray, np.ndarray]:
+  """Each client's model delta from `weights`, examples and training loss.
 
   Runs one round of plain FedAvg (server SGD, learning rate 1) on each client
   alone: the new model is `weights - delta_k`. For checking server rules end
-  to end against NumPy.
+  to end against NumPy. The FedAvg process is built once per (model_fn,
+  optimizer).
   """
-  fedavg = tff.learning.algorithms.build_weighted_fed_avg(
-      model_fn,
-      client_optimizer_fn,
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-  )
+  key = (model_fn, id(client_optimizer_fn))
+  if key not in _SINGLE_CLIENT_FEDAVG:
+    _SINGLE_CLIENT_FEDAVG[key] = tff.learning.algorithms.build_weighted_fed_avg(
+        model_fn,
+        client_optimizer_fn,
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    )
+  fedavg = _SINGLE_CLIENT_FEDAVG[key]
   state = fedavg.set_model_weights(fedavg.initialize(), weights)
-  deltas, sizes = [], []
+  deltas, sizes, losses = [], [], []
   for dataset in datasets:
     output = fedavg.next(state, [dataset])
     new = fedavg.get_model_weights(output.state).trainable
@@ -265,5 +272,14 @@ def client_deltas(
         np.asarray(w, np.float64) - np.asarray(n, np.float64)
         for w, n in zip(weights.trainable, new)
     ])
-    sizes.append(output.metrics['client_work']['train']['num_examples'])
-  return deltas, np.asarray(sizes, np.float64)
+    train = output.metrics['client_work']['train']
+    sizes.append(train['num_examples'])
+    losses.append(train['loss'])
+  return deltas, np.asarray(sizes, np.float64), np.asarray(losses)
+
+
+def client_deltas(model_fn, client_optimizer_fn, weights, datasets):
+  """`client_results` without the losses."""
+  deltas, sizes, _ = client_results(
+      model_fn, client_optimizer_fn, weights, datasets)
+  return deltas, sizes

@@ -56,6 +56,8 @@ def build_collected_finalizer(
     model_weights_type: tff.StructType,
     initial_state: tff.Computation,
     step: Callable[..., tff.Computation],
+    *,
+    update_type: Any = None,
 ) -> tff.learning.templates.FinalizerProcess:
   """A `FinalizerProcess` around one server TF computation.
 
@@ -66,6 +68,8 @@ def build_collected_finalizer(
       `tff.tensorflow.computation` mapping (state, trainable weights,
       collected) to (new state, new trainable weights, measurements).
       Non-trainable weights pass through unchanged.
+    update_type: The type of the collected client values; default the
+      trainable weights (model deltas).
 
   Returns:
     The finalizer; its update is `CollectAllFactory`'s result.
@@ -80,7 +84,9 @@ def build_collected_finalizer(
         f'got {model_weights_type}.'
     )
   trainable_type = model_weights_type.trainable
-  update_type = collected_type(trainable_type)
+  update_type = collected_type(
+      trainable_type if update_type is None else update_type
+  )
   server_step = step(
       initial_state.type_signature.result, trainable_type, update_type
   )
