@@ -20,6 +20,7 @@ import tensorflow_federated as tff
 from experiments import baseline_tasks
 from experiments import data
 from experiments import experiment
+from experiments import registry
 from experiments import runtime
 from experiments import training
 from tests import test_utils
@@ -145,6 +146,17 @@ class BinariesTest(parameterized.TestCase):
   @parameterized.parameters(*baseline_tasks.TASKS)
   def test_synthetic_data(self, name):
     self._run(name, use_synthetic_data=True)
+
+  @parameterized.parameters(
+      (aggregator, baseline_tasks.TASKS[i % len(baseline_tasks.TASKS)])
+      for i, aggregator in enumerate(
+          n for n in registry.names() if n not in ('fedavg', 'fedlaw'))
+  )
+  def test_every_aggregator_runs(self, aggregator, name):
+    # Each method on one of the binaries (in rotation), on synthetic data.
+    _, rows = self._run(name, use_synthetic_data=True, aggregator=aggregator,
+                        fedcda_warmup=1)
+    self.assertLen(rows, 2)
 
   @parameterized.parameters(*baseline_tasks.TASKS)
   def test_fedlaw_learns_on_held_out_clients(self, name):
