@@ -159,12 +159,16 @@ def _run_setting(setting, aggregators):
   results = collections.OrderedDict()
   for name in aggregators:
     logging.info('%s: %s', setting, name)
-    results[name] = _measure(name, task, proxy_data,
-                             clients_per_round=clients_per_round,
-                             num_workers=num_workers)
+    try:
+      results[name] = _measure(name, task, proxy_data,
+                               clients_per_round=clients_per_round,
+                               num_workers=num_workers)
+    except ValueError as e:  # A method refusing the setting (FedCDA's state).
+      results[name] = collections.OrderedDict(refused=str(e))
   fedavg = results['fedavg']['median_round_seconds']
   for result in results.values():
-    result['ratio_to_fedavg'] = result['median_round_seconds'] / fedavg
+    if 'refused' not in result:
+      result['ratio_to_fedavg'] = result['median_round_seconds'] / fedavg
   return results
 
 
@@ -178,6 +182,9 @@ def _markdown(all_results) -> str:
         '|---|---|---|---|---|',
     ]
     for name, r in results.items():
+      if 'refused' in r:
+        lines.append(f'| {name} | refused: {r["refused"][:120]}... | | | |')
+        continue
       workers = ', '.join(f'{m:.0f}' for m in r['worker_peak_rss_mb'])
       lines.append(
           f'| {name} | {r["median_round_seconds"]:.3f} | '
