@@ -81,5 +81,8 @@ if __name__ == '__main__':
       local_epochs=1,
       batch_size=64,
       alpha=0.5,
+      # FedCDA selects after its warm-up; 50 FedAvg rounds would be all of
+      # the demo's 20.
+      fedcda_warmup=5,
   )
   app.run(main)
