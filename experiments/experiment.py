@@ -484,6 +484,8 @@ def run(
             proxy_data=proxy_data,
             seed=SEED.value,
             num_clients=len(task.datasets.train_data.client_ids),
+            output_dir=output_dir,
+            local_epochs=LOCAL_EPOCHS.value,
         ),
     )
   except ValueError as e:  # A method's settings that cannot work.

@@ -6,7 +6,7 @@ its builder. Every experiment binary accepts every registered name.
 
 from collections.abc import Callable
 import dataclasses
-
+import os
 from typing import Optional
 
 from absl import flags
@@ -15,6 +15,8 @@ import tensorflow_federated as tff
 
 import tff_aggregators
 from tff_aggregators.aggregators import fedglad
+from tff_aggregators.algorithms import fedcda_store
+from tff_aggregators.finalizers import fedcda
 from tff_aggregators.finalizers import fedlaw
 from tff_aggregators.finalizers import fedlws
 from tff_aggregators.finalizers import fedsa
@@ -36,6 +38,11 @@ class ProcessInputs:
       methods that learn on one (FedLAW); None when the binary has none.
     seed: The run's seed.
     num_clients: The population (the task's training clients), if known.
+    output_dir: The run directory, for methods that keep files there
+      (FedCDA's memory-mapped history).
+    local_epochs: The passes over its data each client makes per round (its
+      data is repeated that often), for methods that need a client's last
+      epoch (FedCDA's loss).
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -47,6 +54,8 @@ class ProcessInputs:
   proxy_data: Optional[tf.data.Dataset] = None
   seed: int = 0
   num_clients: Optional[int] = None
+  output_dir: Optional[str] = None
+  local_epochs: Optional[int] = None
 
 
 Builder = Callable[[ProcessInputs], tff.learning.templates.LearningProcess]
@@ -304,6 +313,53 @@ FEDCDA_MAX_STATE_MB = flags.DEFINE_integer(
     'fedcda_max_state_mb', 512,
     'Refuse a FedCDA history (clients x K x parameters x 4 bytes) above this.',
 )
+FEDCDA_HISTORY = flags.DEFINE_enum(
+    'fedcda_history', 'state', ['state', 'memory', 'disk'],
+    'Where FedCDA keeps the client history: the TFF state (small '
+    'populations and models), a NumPy array in the driver (checkpointed; '
+    'fits in RAM) or a memory-mapped file (--fedcda_history_dir).',
+)
+FEDCDA_HISTORY_DIR = flags.DEFINE_string(
+    'fedcda_history_dir', None,
+    'Directory of the memory-mapped FedCDA history (--fedcda_history=disk); '
+    'default <output_dir>/fedcda_history.',
+)
+FEDCDA_SELECTION = flags.DEFINE_enum(
+    'fedcda_selection', 'approx', list(fedcda.SELECTIONS),
+    'FedCDA selection: approx (eq. 8); newest or random are diagnostics.',
+)
+FEDCDA_DIVERGENCE = flags.DEFINE_enum(
+    'fedcda_divergence', 'squared_l2', list(fedcda.DIVERGENCES),
+    'FedCDA objective: squared_l2 (eq. 8) or the unofficial script\'s '
+    'tensorwise_norm (diagnostic).',
+)
+FEDCDA_LATER_BATCHES = flags.DEFINE_enum(
+    'fedcda_later_batches', 'excluded', list(fedcda.LATER_BATCHES),
+    'Later batches in a batch\'s objective: excluded (eq. 8) or the '
+    'script\'s included_at_previous_selection (diagnostic).',
+)
+FEDCDA_WARMUP_AGGREGATION = flags.DEFINE_enum(
+    'fedcda_warmup_aggregation', 'fedavg', list(fedcda.WARMUP_AGGREGATIONS),
+    'Warm-up rounds: fedavg (the paper) or the script\'s all_seen_newest '
+    '(diagnostic).',
+)
+FEDCDA_BATCH_PARAM = flags.DEFINE_enum(
+    'fedcda_batch_param', 'num_batches', list(fedcda.BATCH_PARAMS),
+    '--fedcda_batches is the number of batches (the paper) or, as in the '
+    'script, clients per batch (diagnostic).',
+)
+
+
+def _fedcda_history_store(inputs: ProcessInputs):
+  if FEDCDA_HISTORY.value == 'state':
+    return None
+  if FEDCDA_HISTORY.value == 'memory':
+    return fedcda_store.InMemoryHistoryStore()
+  directory = FEDCDA_HISTORY_DIR.value or (
+      inputs.output_dir and os.path.join(inputs.output_dir, 'fedcda_history'))
+  if not directory:
+    raise ValueError('--fedcda_history=disk needs --fedcda_history_dir.')
+  return fedcda_store.MemmapHistoryStore(directory)
 
 
 @register('fedcda')
@@ -327,5 +383,12 @@ def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       smoothness=FEDCDA_L.value,
       warmup_rounds=FEDCDA_WARMUP.value,
       seed=inputs.seed,
+      selection=FEDCDA_SELECTION.value,
+      divergence=FEDCDA_DIVERGENCE.value,
+      later_batches=FEDCDA_LATER_BATCHES.value,
+      warmup_aggregation=FEDCDA_WARMUP_AGGREGATION.value,
+      batch_param=FEDCDA_BATCH_PARAM.value,
+      history_store=_fedcda_history_store(inputs),
+      local_epochs=inputs.local_epochs,
       max_state_bytes=FEDCDA_MAX_STATE_MB.value * 2**20,
   )

@@ -18,9 +18,7 @@ experiments evaluate centrally on a test split.
 import asyncio
 import collections
 from collections.abc import Callable
-import csv
 import dataclasses
-import json
 import os
 import time
 from typing import Any, Optional
@@ -32,10 +30,14 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import plotting
+from experiments import run_files
 from tff_aggregators.client_works import identified
 
-METRICS_CSV = 'metrics.csv'
-SUMMARY_JSON = 'summary.json'
+METRICS_CSV = run_files.METRICS_CSV
+SUMMARY_JSON = run_files.SUMMARY_JSON
+write_json = run_files.write_json
+read_metrics = run_files.read_metrics
+accuracy_curve = run_files.accuracy_curve
 ACCURACY_PNG = 'accuracy.png'
 CHECKPOINT_DIR = 'checkpoints'
 TENSORBOARD_DIR = 'tensorboard'
@@ -127,7 +129,7 @@ class ClientSampler:
       )
     self._clients_per_round = clients_per_round
     self._seed = seed
-    self._index = None
+    self._index = {c: i for i, c in enumerate(self._client_ids)}
 
   def client_ids(self, round_num: int) -> list[str]:
     """The cohort of `round_num`, a function of (seed, round) only."""
@@ -159,11 +161,9 @@ class ClientSampler:
   def identified_cohort(self, round_num: int) -> list[Any]:
     """The cohort with each client's index in the task's client ids."""
     ids = self.client_ids(round_num)
-    index = self._index or {c: i for i, c in enumerate(self._client_ids)}
-    self._index = index
     return identified.with_client_ids(
         [self.client_dataset(round_num, c) for c in ids],
-        [index[c] for c in ids],
+        [self._index[c] for c in ids],
     )
 
 
@@ -225,38 +225,6 @@ def _all_finite(structure) -> bool:
       for x in tf.nest.flatten(structure)
       if x is not None and np.issubdtype(np.asarray(x).dtype, np.floating)
   )
-
-
-def write_json(path: str, value: Any) -> None:
-  """Writes `value` as JSON through a temporary file renamed into place."""
-  temporary = f'{path}.tmp{os.getpid()}'
-  with open(temporary, 'w') as f:
-    json.dump(value, f, indent=2, default=_to_builtin)
-    f.write('\n')
-  os.replace(temporary, path)
-
-
-def _to_builtin(value):
-  if isinstance(value, np.ndarray):
-    return value.tolist()
-  if isinstance(value, np.generic):
-    return value.item()
-  raise TypeError(f'Not JSON serialisable: {type(value)}')
-
-
-def read_metrics(output_dir: str) -> list[dict[str, str]]:
-  """The rows of a run's metrics CSV (one per round, key = round)."""
-  with open(os.path.join(output_dir, METRICS_CSV)) as f:
-    return list(csv.DictReader(f))
-
-
-def accuracy_curve(
-    rows: list[dict[str, str]], accuracy_metric: str
-) -> tuple[list[int], list[float]]:
-  """(rounds, accuracies) of the evaluated rounds of a metrics CSV."""
-  column = f'test/{accuracy_metric}'
-  points = [(int(r['key']), float(r[column])) for r in rows if r.get(column)]
-  return [p[0] for p in points], [p[1] for p in points]
 
 
 def _summarise(config: TrainingConfig) -> dict[str, Any]:
@@ -328,6 +296,11 @@ async def _train(
     start_round = int(start_round)
     logging.info('Resuming from the checkpoint of round %d.', version)
 
+  cohort_fn = (
+      sampler.identified_cohort
+      if identified.expects_client_ids(process)
+      else sampler.cohort
+  )
   for round_num in range(start_round + 1, config.rounds + 1):
     started = time.monotonic()
     if config.schedules_client_lr:
@@ -335,12 +308,7 @@ async def _train(
           round_num - 1
       )
       state = _set_client_learning_rate(process, state, learning_rate)
-    cohort = (
-        sampler.identified_cohort(round_num)
-        if identified.expects_client_ids(process)
-        else sampler.cohort(round_num)
-    )
-    output = process.next(state, cohort)
+    output = process.next(state, cohort_fn(round_num))
     round_seconds = time.monotonic() - started
     weights = process.get_model_weights(output.state)
     train_loss = (

@@ -5,6 +5,7 @@ does, with the SGD, momentum and Adam servers.
 """
 
 import itertools
+import os
 
 from absl.testing import absltest
 from absl.testing import flagsaver
@@ -87,6 +88,37 @@ class AggregatorsOnFashionMnistTest(parameterized.TestCase):
     ]
     if aggregator != 'fedavg':  # The method's measurements are released.
       self.assertNotEmpty(method_measurements, sorted(rows[-1]))
+
+  def test_fedcda_history_outside_tff_trains_and_resumes(self):
+    inputs = lambda output_dir: registry.ProcessInputs(
+        model_fn=self._task.model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=_SERVERS['sgd'](),
+        server_optimizer='sgd',
+        clients_per_round=4,
+        num_clients=6,
+        output_dir=output_dir,
+    )
+
+    def train(history, output_dir, rounds):
+      with flagsaver.flagsaver(fedcda_warmup=1, fedcda_history=history):
+        process = registry.build_process('fedcda', inputs(output_dir))
+      training.train(process, self._task, training.TrainingConfig(
+          rounds=rounds, clients_per_round=4, seed=0, output_dir=output_dir))
+      return training.read_metrics(output_dir)
+
+    want = train('state', self.create_tempdir().full_path, 4)
+    output_dir = self.create_tempdir().full_path
+    train('disk', output_dir, 2)
+    got = train('disk', output_dir, 4)  # Resumes from round 2.
+    self.assertTrue(os.path.exists(
+        os.path.join(output_dir, 'fedcda_history', 'models.f32')))
+    for column in ('train/client_work/train/loss',
+                   'test/sparse_categorical_accuracy',
+                   'train/finalizer/older_selected'):
+      np.testing.assert_allclose(
+          [float(r[column]) for r in got], [float(r[column]) for r in want],
+          rtol=1e-5, err_msg=column)
 
 
 if __name__ == '__main__':

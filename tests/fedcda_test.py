@@ -1,6 +1,5 @@
 """FedCDA (identified client work + collect-all + finalizer) against NumPy."""
 
-import os
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -28,6 +27,19 @@ def _permutation(seed):
   return permutation
 
 
+def _random_ranks(seed):
+  def random_ranks(t, counts):
+    u = tf.random.stateless_uniform([len(counts)], seed=[seed, t + (1 << 20)])
+    return np.minimum((u.numpy() * np.array(counts, np.float32)).astype(int),
+                      np.array(counts) - 1)
+  return random_ranks
+
+
+def _leaf_sizes():
+  return [int(np.prod(v.shape))
+          for v in test_utils.tiny_model_fn().trainable_variables]
+
+
 def _cohorts(rounds, size, seed=0):
   rng = np.random.default_rng(seed)
   # In id order: the order FedCDA takes participants in.
@@ -42,18 +54,27 @@ def _flat(weights):
 class FedCdaTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ('k3_b2', 3, 2, 1),
-      ('b1_exhaustive', 3, 1, 0),
-      ('k2_b4', 2, 4, 2),
+      ('k3_b2', 3, 2, 1, {}),
+      ('b1_exhaustive', 3, 1, 0, {}),
+      ('k2_b4', 2, 4, 2, {}),
+      # The script's switches (spec 4.3).
+      ('later_included', 3, 2, 1,
+       dict(later_batches='included_at_previous_selection')),
+      ('tensorwise_norm', 3, 2, 1, dict(divergence='tensorwise_norm')),
+      ('clients_per_batch', 3, 3, 1, dict(batch_param='clients_per_batch')),
+      ('script_warmup', 3, 2, 3, dict(warmup_aggregation='all_seen_newest')),
+      ('newest', 3, 2, 1, dict(selection='newest')),
+      ('random', 3, 2, 1, dict(selection='random')),
   )
-  def test_rounds_match_numpy(self, memory, batches, warmup):
+  def test_rounds_match_numpy(self, memory, batches, warmup, switches):
     datasets = test_utils.tiny_client_datasets(_POPULATION)
     process = algorithms.build_fedcda_process(
         test_utils.tiny_model_fn, _OPTIMIZER, num_clients=_POPULATION,
         max_clients=4, memory_size=memory, num_batches=batches,
-        warmup_rounds=warmup, seed=3)
+        warmup_rounds=warmup, seed=3, **switches)
     reference = numpy_references.FedCdaServer(
-        memory, batches, 1.0, warmup, _permutation(3))
+        memory, batches, 1.0, warmup, _permutation(3),
+        random_ranks=_random_ranks(3), leaf_sizes=_leaf_sizes(), **switches)
     state = process.initialize()
     older = 0
     for t, ids in enumerate(_cohorts(6, 4)):
@@ -77,7 +98,8 @@ class FedCdaTest(parameterized.TestCase):
                                for c, s in reference.selected.items()]),
           rtol=1e-5)
       older += reference.older_selected
-    self.assertGreater(older, 0)  # Selection did pick older models.
+    if switches.get('selection') != 'newest':
+      self.assertGreater(older, 0)  # Selection did pick older models.
 
   def test_client_order_does_not_matter(self):
     datasets = test_utils.tiny_client_datasets(_POPULATION)
@@ -183,6 +205,41 @@ class FedCdaTest(parameterized.TestCase):
       algorithms.build_fedcda_process(
           test_utils.tiny_model_fn, _OPTIMIZER, num_clients=10**8,
           max_clients=4)
+
+  @parameterized.named_parameters(('last_epoch', 3), ('all_steps', None))
+  def test_client_reports_the_last_epoch_loss(self, local_epochs):
+    rng = np.random.default_rng(7)
+    x = rng.normal(size=(6, 3)).astype(np.float32)
+    y = rng.integers(0, 2, size=6).astype(np.int64)
+    # 3 epochs of 6 examples in batches of 5: the last epoch is examples
+    # 12-17, i.e. 3 of the third batch and all 3 of the fourth.
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat(3).batch(5)
+    shares = [0, 0, 3, 3] if local_epochs else [5, 5, 5, 3]
+    initial = tf.nest.map_structure(
+        lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(
+            test_utils.tiny_model_fn()))
+    # Plain SGD by hand: the loss of each batch before its step.
+    kernel, bias = [tf.Variable(v) for v in initial.trainable]
+    losses = []
+    for bx, by in data:
+      with tf.GradientTape() as tape:
+        loss = tf.reduce_mean(
+            tf.keras.losses.sparse_categorical_crossentropy(
+                by, tf.matmul(bx, kernel) + bias, from_logits=True))
+      losses.append(float(loss))
+      for v, g in zip((kernel, bias), tape.gradient(loss, (kernel, bias))):
+        v.assign_sub(0.5 * g)
+    want = np.dot(shares, losses) / np.sum(shares)
+    work = identified.build_identified_client_work(
+        test_utils.tiny_model_fn, tff.learning.optimizers.build_sgdm(0.5),
+        local_epochs=local_epochs)
+    output = work.next(work.initialize(), [initial],
+                       identified.with_client_ids([data], [2]))
+    update = output.result[0].update
+    self.assertAlmostEqual(update['loss'], want, places=5)
+    self.assertEqual(update['client_id'], 2.0)
+    np.testing.assert_allclose(
+        update['delta'][0], initial.trainable[0] - kernel.numpy(), atol=1e-6)
 
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'memory_size'):

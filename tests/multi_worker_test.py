@@ -96,13 +96,17 @@ def _values(text: str) -> np.ndarray:
 
 class AgreementTest(parameterized.TestCase):
 
-  @parameterized.named_parameters((n, n) for n in registry.names())
-  def test_one_and_two_workers_agree(self, name):
+  @parameterized.named_parameters(
+      [(n, n, {}) for n in registry.names()]
+      + [('fedcda_history_in_driver', 'fedcda', {'fedcda_history': 'memory'})]
+  )
+  def test_one_and_two_workers_agree(self, name, method_flags):
     task = test_utils.small_fmnist_task(self.create_tempdir().full_path)
     # FedLWS's exact tau needs two aggregation phases, which TFF's
     # multi-worker runtime cannot split; its one-pass mode can.
     # FedCDA's selection starts after one warm-up round.
-    with flagsaver.flagsaver(fedlws_tau_mode='rms', fedcda_warmup=1):
+    with flagsaver.flagsaver(fedlws_tau_mode='rms', fedcda_warmup=1,
+                             **method_flags):
       one = _train(name, task, 1, self.create_tempdir().full_path)
       two = _train(name, task, 2, self.create_tempdir().full_path)
     for row_one, row_two in zip(one, two, strict=True):
@@ -118,8 +122,6 @@ class AgreementTest(parameterized.TestCase):
         np.testing.assert_allclose(
             a, b, rtol=1e-5, atol=1e-6, err_msg=f'{name}: {key}'
         )
-
-
 
 
 class WorkerFailureTest(absltest.TestCase):

@@ -315,16 +315,26 @@ def fedsa_tensor(x, **options):
 class FedCdaServer:
   """Spec fedcda.md 2.4 with the objective of eq. 5 evaluated directly.
 
-  `step` takes the participants (in collected order) and returns the new
-  global model; caches are per-client lists of (model, loss, round), newest
-  last, at most K long.
+  `step` takes the participants (in id order) and returns the new global
+  model; caches are per-client lists of (model, loss, round), newest last, at
+  most K long. The spec 4.3 switches: `selection` ('approx', 'newest',
+  'random' with `random_ranks(t, counts)` giving each participant's rank),
+  `divergence` ('squared_l2', 'tensorwise_norm' over tensors of
+  `leaf_sizes`), `later_batches`, `warmup_aggregation`, `batch_param`.
   """
 
   def __init__(self, memory_size, num_batches, smoothness, warmup_rounds,
-               permutation):
+               permutation, *, selection='approx', divergence='squared_l2',
+               later_batches='excluded', warmup_aggregation='fedavg',
+               batch_param='num_batches', random_ranks=None,
+               leaf_sizes=None):
     self.k, self.b, self.l = memory_size, num_batches, smoothness
     self.warmup = warmup_rounds
     self.permutation = permutation  # (round, p) -> order of participants
+    self.selection, self.divergence = selection, divergence
+    self.later_batches, self.batch_param = later_batches, batch_param
+    self.warmup_aggregation = warmup_aggregation
+    self.random_ranks, self.leaf_sizes = random_ranks, leaf_sizes
     self.cache, self.selected = {}, {}  # id -> entries; id -> round stamp
     self.older_selected = 0
 
@@ -338,32 +348,70 @@ class FedCdaServer:
     return losses.mean() + self.l / (2 * len(entries)) * np.sum(
         (models - mean)**2)
 
+  def script_objective(self, entries):
+    models = np.array([e[0] for e in entries])
+    mean = models.mean(axis=0)
+    total, start = 0.0, 0
+    for size in self.leaf_sizes:
+      part = models[:, start:start + size] - mean[start:start + size]
+      total += np.sum(np.sqrt(np.sum(part**2, axis=1)))
+      start += size
+    return total
+
+  def _everyone(self):
+    return np.mean([self._entry(c, s)[0] for c, s in self.selected.items()],
+                   axis=0)
+
   def step(self, t, ids, models, losses, weights):
+    previous = {c: self._entry(c, self.selected[c]) for c in ids
+                if c in self.selected}
     for client, model, loss in zip(ids, models, losses):
       entries = self.cache.setdefault(client, [])
       entries.append((np.asarray(model, np.float64), float(loss), t))
       del entries[:-self.k]
+    newest = lambda c: self.cache[c][-1]
     self.older_selected = 0
     if t < self.warmup:
       for client in ids:
         self.selected[client] = t
+      if self.warmup_aggregation == 'all_seen_newest':
+        return self._everyone()
       mass = np.asarray(weights, np.float64) / np.sum(weights)
       return mass @ np.asarray(models, np.float64)
+    options = {c: sorted(self.cache[c], key=lambda e: -e[2]) for c in ids}
+    if self.selection != 'approx':
+      if self.selection == 'newest':
+        ranks = [0] * len(ids)
+      else:
+        ranks = self.random_ranks(t, [len(options[c]) for c in ids])
+      for client, r in zip(ids, ranks):
+        self.selected[client] = options[client][r][2]
+        self.older_selected += int(r > 0)
+      return self._everyone()
     fixed = [self._entry(c, s) for c, s in self.selected.items()
              if c not in ids]
     order = self.permutation(t, len(ids))
-    for batch in np.array_split(order, min(self.b, len(ids))):
+    if self.batch_param == 'num_batches':
+      batches = np.array_split(order, min(self.b, len(ids)))
+    else:
+      batches = [order[i:i + self.b] for i in range(0, len(ids), self.b)]
+    score = (self.objective if self.divergence == 'squared_l2'
+             else self.script_objective)
+    for j, batch in enumerate(batches):
       clients = [ids[i] for i in batch]
-      options = [sorted(self.cache[c], key=lambda e: -e[2]) for c in clients]
+      later = []
+      if self.later_batches == 'included_at_previous_selection':
+        later = [previous.get(ids[i], newest(ids[i]))
+                 for b in batches[j + 1:] for i in b]
       best, best_j = None, np.inf
-      for combo in itertools.product(*[range(len(o)) for o in options]):
-        chosen = [o[r] for o, r in zip(options, combo)]
-        value = self.objective(fixed + chosen)
+      for combo in itertools.product(
+          *[range(len(options[c])) for c in clients]):
+        chosen = [options[c][r] for c, r in zip(clients, combo)]
+        value = score(fixed + chosen + later)
         if value < best_j:
           best, best_j = combo, value
-      for client, o, r in zip(clients, options, best):
-        self.selected[client] = o[r][2]
-        fixed.append(o[r])
+      for client, r in zip(clients, best):
+        self.selected[client] = options[client][r][2]
+        fixed.append(options[client][r])
         self.older_selected += int(r > 0)
-    everyone = [self._entry(c, s) for c, s in self.selected.items()]
-    return np.mean([e[0] for e in everyone], axis=0)
+    return self._everyone()

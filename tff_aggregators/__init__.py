@@ -9,6 +9,8 @@ from tff_aggregators.aggregators.collect import CollectAllFactory
 from tff_aggregators.aggregators.fedglad import FedGladFactory
 from tff_aggregators.aggregators.fedlws_stats import FedLwsStatsFactory
 from tff_aggregators.algorithms.fedcda import build_fedcda_process
+from tff_aggregators.algorithms.fedcda_store import InMemoryHistoryStore
+from tff_aggregators.algorithms.fedcda_store import MemmapHistoryStore
 from tff_aggregators.algorithms.fedglad import build_fedglad_process
 from tff_aggregators.algorithms.fedlaw import build_fedlaw_process
 from tff_aggregators.algorithms.fedlws import build_fedlws_process

@@ -59,3 +59,21 @@ def model_delta_client_work(
       metrics_aggregator=metrics_aggregator,
       loop_implementation=loop_implementation,
   )
+
+
+def compose(
+    initial_model_weights: tff.Computation,
+    client_work: tff.learning.templates.ClientWorkProcess,
+    aggregator: tff.templates.AggregationProcess,
+    finalizer: tff.learning.templates.FinalizerProcess,
+) -> tff.learning.templates.LearningProcess:
+  """`compose_learning_process` with TFF's broadcast of the model weights."""
+  return tff.learning.templates.compose_learning_process(
+      initial_model_weights,
+      tff.learning.templates.build_broadcast_process(
+          initial_model_weights.type_signature.result
+      ),
+      client_work,
+      aggregator,
+      finalizer,
+  )

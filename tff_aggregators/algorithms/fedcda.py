@@ -1,12 +1,14 @@
 """`build_fedcda_process`: FedAvg clients, FedCDA's cross-round selection."""
 
 from collections.abc import Callable
+from typing import Optional, Union
 
 import numpy as np
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import collect
 from tff_aggregators.algorithms import client_works
+from tff_aggregators.algorithms import fedcda_store
 from tff_aggregators.client_works import identified
 from tff_aggregators.finalizers import fedcda
 
@@ -22,6 +24,13 @@ def build_fedcda_process(
     smoothness: float = 1.0,
     warmup_rounds: int = 50,
     seed: int = 0,
+    selection: str = 'approx',
+    divergence: str = 'squared_l2',
+    later_batches: str = 'excluded',
+    warmup_aggregation: str = 'fedavg',
+    batch_param: str = 'num_batches',
+    history_store: Optional[fedcda_store.HistoryStore] = None,
+    local_epochs: Optional[int] = None,
     max_state_bytes: int = fedcda.DEFAULT_MAX_STATE_BYTES,
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES
@@ -30,8 +39,25 @@ def build_fedcda_process(
     loop_implementation: tff.learning.LoopImplementation = (
         tff.learning.LoopImplementation.DATASET_REDUCE
     ),
-) -> tff.learning.templates.LearningProcess:
-  """A learning process with FedCDA's server (history in the TFF state).
+) -> Union[tff.learning.templates.LearningProcess,
+           fedcda_store.FedCdaStoreProcess]:
+  """A learning process with FedCDA's server.
+
+  Where the history lives (memory cost: clients x K x D x 4 bytes):
+    * `history_store=None` (default): in the TFF state of the finalizer, a
+      `tff.learning.templates.LearningProcess` deployable as one TFF
+      computation. TFF serialises the state twice per round (about 33 MB/s
+      here), so use it while N x K x D x 4 bytes stays small (tens of MB;
+      refused above `max_state_bytes`).
+    * `history_store=fedcda_store.InMemoryHistoryStore()`: in a NumPy array
+      of the driver, saved with each checkpoint; no per-round serialisation.
+      For histories that fit in RAM.
+    * `history_store=fedcda_store.MemmapHistoryStore(directory)`: in a
+      memory-mapped file, sparse on disk (clients seen x (K+1) x D x 4
+      bytes); checkpoints stay small. For large populations or models.
+    The last two return a `fedcda_store.FedCdaStoreProcess` (same methods as
+    a `LearningProcess`; its server step runs in the driver), and give the
+    same models as the in-state process.
 
   Composed with `tff.learning.templates.compose_learning_process` from TFF's
   broadcast, the identified client work (TFF's FedAvg client update plus the
@@ -52,14 +78,36 @@ def build_fedcda_process(
     smoothness: L (1).
     warmup_rounds: T_w (50): FedAvg rounds first.
     seed: Seeds the batch split.
-    max_state_bytes: The largest history (N K D 4 bytes) accepted.
+    selection: 'approx' (eq. 8); 'newest' or 'random' are diagnostics
+      (`tff_aggregators.finalizers.fedcda.FedCdaOptions` documents them and
+      the next four).
+    divergence: 'squared_l2' (eq. 8) or the script's 'tensorwise_norm'.
+    later_batches: 'excluded' (eq. 8) or the script's
+      'included_at_previous_selection'.
+    warmup_aggregation: 'fedavg' (the paper) or the script's
+      'all_seen_newest'.
+    batch_param: 'num_batches' (the paper's B) or the script's
+      'clients_per_batch'.
+    history_store: None (the TFF state) or a `fedcda_store.HistoryStore`.
+    local_epochs: E when each client's data holds its examples repeated E
+      times: clients then report the loss of their last epoch (spec 2.5);
+      None: the loss over all local steps (the same with one epoch).
+    max_state_bytes: The largest in-state history (N K D 4 bytes) accepted.
     client_weighting: FedAvg's weights in warm-up (the paper's: examples).
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
 
   Returns:
-    A `tff.learning.templates.LearningProcess`.
+    A `tff.learning.templates.LearningProcess`, or a
+    `fedcda_store.FedCdaStoreProcess` with a `history_store`.
   """
+  fedcda_store.check_store(history_store)
+  options = fedcda.FedCdaOptions(
+      memory_size=memory_size, num_batches=num_batches,
+      smoothness=smoothness, warmup_rounds=warmup_rounds, seed=seed,
+      selection=selection, divergence=divergence,
+      later_batches=later_batches, warmup_aggregation=warmup_aggregation,
+      batch_param=batch_param)
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
   client_work = identified.build_identified_client_work(
@@ -68,26 +116,33 @@ def build_fedcda_process(
       client_weighting=client_weighting,
       metrics_aggregator=metrics_aggregator,
       loop_implementation=loop_implementation,
+      local_epochs=local_epochs,
   )
   update_type = client_work.next.type_signature.result.result.member.update
+  aggregator = collect.CollectAllFactory(max_clients).create(
+      update_type, tff.TensorType(np.float32)
+  )
+  if history_store is not None:
+    return fedcda_store.FedCdaStoreProcess(
+        initial_model_weights_fn=initial_model_weights_fn,
+        client_work=client_work,
+        aggregator=aggregator,
+        update_type=update_type,
+        num_clients=num_clients,
+        max_clients=max_clients,
+        options=options,
+        history_store=history_store,
+    )
   finalizer = fedcda.build_fedcda_finalizer(
       model_weights_type,
       update_type,
       num_clients=num_clients,
       max_clients=max_clients,
-      memory_size=memory_size,
-      num_batches=num_batches,
-      smoothness=smoothness,
-      warmup_rounds=warmup_rounds,
-      seed=seed,
+      options=options,
       max_state_bytes=max_state_bytes,
   )
-  aggregator = collect.CollectAllFactory(max_clients).create(
-      update_type, tff.TensorType(np.float32)
-  )
-  return tff.learning.templates.compose_learning_process(
+  return client_works.compose(
       initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(model_weights_type),
       client_work,
       aggregator,
       finalizer,

@@ -139,9 +139,8 @@ def build_fedglad_process(
   aggregator = fedglad.FedGladFactory(
       emit='update_and_multipliers', **glad_options
   ).create(model_weights_type.trainable, tff.TensorType(np.float32))
-  return tff.learning.templates.compose_learning_process(
+  return client_works.compose(
       initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(model_weights_type),
       client_work,
       aggregator,
       glad_adaptive.build_glad_adaptive_finalizer(

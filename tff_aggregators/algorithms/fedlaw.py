@@ -88,9 +88,8 @@ def build_fedlaw_process(
   aggregator = collect.CollectAllFactory(max_clients).create(
       model_weights_type.trainable, tff.TensorType(np.float32)
   )
-  return tff.learning.templates.compose_learning_process(
+  return client_works.compose(
       initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(model_weights_type),
       client_work,
       aggregator,
       finalizer,

@@ -84,9 +84,8 @@ def build_fedlws_process(
       server_optimizer_fn, model_weights_type, groups=groups, beta=beta,
       tau_clip=tau_clip,
   )
-  return tff.learning.templates.compose_learning_process(
+  return client_works.compose(
       initial_model_weights_fn,
-      tff.learning.templates.build_broadcast_process(model_weights_type),
       client_work,
       aggregator,
       finalizer,

@@ -53,6 +53,7 @@ import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import collect
 from tff_aggregators.finalizers import on_collected
+from tff_aggregators.finalizers import server_step
 
 VARIANTS = ('fedlaw', 'gamma', 'lambda', 'swa', 'fixed_gamma')
 _SWA_START_EPOCH = 6
@@ -204,21 +205,16 @@ def build_fedlaw_finalizer(
             y, logits, from_logits=True
         )
     )
+  server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
   learn_gamma = variant in ('fedlaw', 'gamma', 'swa')
   learn_lambda = variant in ('fedlaw', 'lambda', 'swa')
   num_proxy = len(x_proxy)
 
-  @tff.tensorflow.computation
   def initial_state():
     return tf.constant(0, tf.int64)
 
-  def step(state_type, trainable_type, collected_type):
-    return tff.tensorflow.computation(
-        server_step, state_type, trainable_type, collected_type
-    )
-
-  def server_step(round_num, weights, collected):
+  def step(round_num, weights, collected):
     model = model_fn()
     variables = model.trainable_variables
 
@@ -375,6 +371,9 @@ def build_fedlaw_finalizer(
     )
     return round_num + 1, new_weights, measurements
 
-  return on_collected.build_collected_finalizer(
-      model_weights_type, initial_state, step
+  return server_step.build_server_step_finalizer(
+      model_weights_type,
+      on_collected.collected_type(trainable_type),
+      initial_state,
+      step,
   )

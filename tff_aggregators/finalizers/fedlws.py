@@ -29,7 +29,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import value_types
 from tff_aggregators.aggregators import fedlws_stats
+from tff_aggregators.finalizers import server_step
 
 GROUPINGS = ('layer', 'keras_layer', 'model')
 _CLOSERS = ('bias', 'beta')
@@ -223,17 +225,9 @@ def build_fedlws_finalizer(
       raise ValueError(f'tau_clip must be (low, high), 0 <= low <= high; '
                        f'got {tau_clip}.')
     tau_clip = (float(low), float(high))
-  if (
-      not isinstance(model_weights_type, tff.StructWithPythonType)
-      or model_weights_type.python_container
-      is not tff.learning.models.ModelWeights
-  ):
-    raise TypeError(
-        'model_weights_type must be a tff.learning.models.ModelWeights type, '
-        f'got {model_weights_type}.'
-    )
+  server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
-  num_leaves = len(tff.types.type_to_tf_tensor_specs(trainable_type))
+  num_leaves = len(value_types.leaf_types(trainable_type))
   groups = [list(g) for g in groups]
   fedlws_stats.check_groups(groups, num_leaves)
   update_type = tff.types.to_type(
@@ -244,7 +238,6 @@ def build_fedlws_finalizer(
       )
   )
 
-  @tff.tensorflow.computation
   def initial_state():
     specs = tff.types.type_to_tf_tensor_specs(trainable_type)
     return collections.OrderedDict(
@@ -252,9 +245,6 @@ def build_fedlws_finalizer(
         beta=tf.constant(beta, tf.float32),
     )
 
-  state_type = initial_state.type_signature.result
-
-  @tff.tensorflow.computation(state_type, trainable_type, update_type)
   def step(state, weights, stats):
     optimizer_state, stepped = server_optimizer.next(
         state['optimizer'], weights, stats['mean_update']
@@ -282,9 +272,6 @@ def build_fedlws_finalizer(
     new_state = collections.OrderedDict(
         optimizer=optimizer_state, beta=state['beta']
     )
-    keep = lambda a, b: tf.nest.map_structure(
-        lambda x, y: tf.where(finite, x, y), a, b
-    )
     measurements = collections.OrderedDict(
         gamma=gamma,
         tau=stats['tau'],
@@ -293,38 +280,20 @@ def build_fedlws_finalizer(
         weight_norm=weight_norms,
         update_non_finite=1 - tf.cast(finite, tf.int32),
     )
-    return keep(new_state, state), keep(shrunk, weights), measurements
-
-  @tff.federated_computation()
-  def init_fn():
-    return tff.federated_eval(initial_state, tff.SERVER)
-
-  @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(model_weights_type, tff.SERVER),
-      tff.FederatedType(update_type, tff.SERVER),
-  )
-  def next_fn(state, weights, stats):
-    new_state, new_trainable, measurements = tff.federated_map(
-        step, (state, weights.trainable, stats)
-    )
-    new_weights = tff.federated_zip(
-        tff.learning.models.ModelWeights(new_trainable, weights.non_trainable)
-    )
-    return tff.templates.MeasuredProcessOutput(
-        new_state, new_weights, measurements
+    return (
+        server_step.keep_unless(finite, new_state, state),
+        server_step.keep_unless(finite, shrunk, weights),
+        measurements,
     )
 
-  @tff.tensorflow.computation(state_type)
-  def get_hparams_fn(state):
+  def get_hparams(state):
     hparams = collections.OrderedDict(
         server_optimizer.get_hparams(state['optimizer'])
     )
     hparams['beta'] = state['beta']
     return hparams
 
-  @tff.tensorflow.computation(state_type, get_hparams_fn.type_signature.result)
-  def set_hparams_fn(state, hparams):
+  def set_hparams(state, hparams):
     hparams = collections.OrderedDict(hparams)
     beta_value = hparams.pop('beta')
     return collections.OrderedDict(
@@ -332,9 +301,11 @@ def build_fedlws_finalizer(
         beta=beta_value,
     )
 
-  return tff.learning.templates.FinalizerProcess(
-      init_fn,
-      next_fn,
-      get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn,
+  return server_step.build_server_step_finalizer(
+      model_weights_type,
+      update_type,
+      initial_state,
+      step,
+      get_hparams=get_hparams,
+      set_hparams=set_hparams,
   )

@@ -36,8 +36,10 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import value_types
 from tff_aggregators.aggregators import collect
 from tff_aggregators.finalizers import on_collected
+from tff_aggregators.finalizers import server_step
 
 ALPHA_NORMALIZATIONS = ('sum_to_one', 'literal')
 MIC_NORMALIZATIONS = (
@@ -365,49 +367,48 @@ def build_fedsa_finalizer(
     if not 0 <= options.get(name, 0.2) <= 1:
       raise ValueError(f'{name} must be in [0, 1], got {options[name]}.')
 
-  @tff.tensorflow.computation
+  server_step.check_model_weights_type(model_weights_type)
+  trainable_type = model_weights_type.trainable
+  sizes = [value_types.num_elements(t)
+           for t in value_types.leaf_types(trainable_type)]
+
   def initial_state():
     return ()
 
-  def step(state_type, trainable_type, collected_type):
-    specs = tf.nest.flatten(tff.types.type_to_tf_tensor_specs(trainable_type))
-    sizes = [int(np.prod(spec.shape, dtype=np.int64)) for spec in specs]
+  def step(state, weights, collected):
+    w = collect.flatten(weights)
+    models, client_weights, _ = on_collected.valid_client_models(w, collected)
+    # A canonical client order, so that ties resolve the same whatever
+    # order the clients arrive in (several TFF workers).
+    projection = tf.random.stateless_uniform(tf.shape(w), seed=[0, 0])
+    order = tf.argsort(tf.linalg.matvec(models, projection))
+    models = tf.gather(models, order)
+    client_weights = tf.gather(client_weights, order)
+    num_clients = tf.shape(models)[0]
 
-    @tff.tensorflow.computation(state_type, trainable_type, collected_type)
-    def server_step(state, weights, collected):
-      w = collect.flatten(weights)
-      models, client_weights, _ = on_collected.valid_client_models(
-          w, collected)
-      # A canonical client order, so that ties resolve the same whatever
-      # order the clients arrive in (several TFF workers).
-      projection = tf.random.stateless_uniform(tf.shape(w), seed=[0, 0])
-      order = tf.argsort(tf.linalg.matvec(models, projection))
-      models = tf.gather(models, order)
-      client_weights = tf.gather(client_weights, order)
-      num_clients = tf.shape(models)[0]
+    def aggregate():
+      outputs, diagnostics = fedsa(
+          tf.split(models, sizes, axis=1), client_weights, **options)
+      return tf.concat(outputs, 0), diagnostics
 
-      def aggregate():
-        outputs, diagnostics = fedsa(
-            tf.split(models, sizes, axis=1), client_weights, **options)
-        return tf.concat(outputs, 0), diagnostics
+    def keep():
+      n = len(sizes)
+      return w, dict(high_fraction=tf.zeros([n]),
+                     clusters=tf.zeros([n], tf.int32),
+                     unclustered=tf.zeros([n], tf.int32))
 
-      def keep():
-        n = len(sizes)
-        return w, dict(high_fraction=tf.zeros([n]),
-                       clusters=tf.zeros([n], tf.int32),
-                       unclustered=tf.zeros([n], tf.int32))
+    new, diagnostics = tf.cond(num_clients > 0, aggregate, keep)
+    measurements = collections.OrderedDict(
+        num_clients=num_clients,
+        high_fraction=diagnostics['high_fraction'],
+        clusters=diagnostics['clusters'],
+        unclustered=diagnostics['unclustered'],
+    )
+    return state, collect.unflatten(new, trainable_type), measurements
 
-      new, diagnostics = tf.cond(num_clients > 0, aggregate, keep)
-      measurements = collections.OrderedDict(
-          num_clients=num_clients,
-          high_fraction=diagnostics['high_fraction'],
-          clusters=diagnostics['clusters'],
-          unclustered=diagnostics['unclustered'],
-      )
-      return state, collect.unflatten(new, trainable_type), measurements
-
-    return server_step
-
-  return on_collected.build_collected_finalizer(
-      model_weights_type, initial_state, step
+  return server_step.build_server_step_finalizer(
+      model_weights_type,
+      on_collected.collected_type(trainable_type),
+      initial_state,
+      step,
   )

@@ -30,6 +30,8 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.learning.optimizers import adam
 from tensorflow_federated.python.learning.optimizers import sgdm
 from tensorflow_federated.python.learning.optimizers import yogi
+from tff_aggregators import value_types
+from tff_aggregators.finalizers import server_step
 
 # TFF 0.87 exposes these optimizers only through their builders.
 _KINDS = {sgdm._SGD: 'sgdm', adam._Adam: 'adam', yogi._Yogi: 'yogi'}  # pylint: disable=protected-access
@@ -75,19 +77,9 @@ def build_glad_adaptive_finalizer(
         'servers take the scaled update directly (FedGladFactory with '
         "emit='scaled_update')."
     )
-  if (
-      not isinstance(model_weights_type, tff.StructWithPythonType)
-      or model_weights_type.python_container
-      is not tff.learning.models.ModelWeights
-  ):
-    raise TypeError(
-        'model_weights_type must be a tff.learning.models.ModelWeights type, '
-        f'got {model_weights_type}.'
-    )
+  server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
-  num_leaves = len(tf.nest.flatten(
-      tff.types.structure_from_tensor_type_tree(lambda t: t, trainable_type)
-  ))
+  num_leaves = len(value_types.leaf_types(trainable_type))
   update_type = tff.types.to_type(
       collections.OrderedDict(
           update=trainable_type,
@@ -95,14 +87,10 @@ def build_glad_adaptive_finalizer(
       )
   )
 
-  @tff.tensorflow.computation
   def initial_state():
     specs = tff.types.type_to_tf_tensor_specs(trainable_type)
     return optimizer.initialize(specs)
 
-  state_type = initial_state.type_signature.result
-
-  @tff.tensorflow.computation(state_type, trainable_type, update_type)
   def step(state, weights, glad_update):
     lr = state['learning_rate']
     beta_1, beta_2 = state['beta_1'], state['beta_2']
@@ -149,47 +137,20 @@ def build_glad_adaptive_finalizer(
         state['preconditioner'], new_v
     )
     new_weights = tf.nest.pack_sequence_as(weights, new_weights)
-    keep = lambda new, old: tf.nest.map_structure(
-        lambda a, b: tf.where(finite, a, b), new, old
-    )
     measurements = collections.OrderedDict(
         update_non_finite=1 - tf.cast(finite, tf.int32)
     )
-    return keep(new_state, state), keep(new_weights, weights), measurements
-
-  @tff.federated_computation()
-  def init_fn():
-    return tff.federated_eval(initial_state, tff.SERVER)
-
-  @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(model_weights_type, tff.SERVER),
-      tff.FederatedType(update_type, tff.SERVER),
-  )
-  def next_fn(state, weights, glad_update):
-    new_state, new_trainable, measurements = tff.federated_map(
-        step, (state, weights.trainable, glad_update)
-    )
-    new_weights = tff.federated_zip(
-        tff.learning.models.ModelWeights(new_trainable, weights.non_trainable)
-    )
-    return tff.templates.MeasuredProcessOutput(
-        new_state, new_weights, measurements
+    return (
+        server_step.keep_unless(finite, new_state, state),
+        server_step.keep_unless(finite, new_weights, weights),
+        measurements,
     )
 
-  @tff.tensorflow.computation(state_type)
-  def get_hparams_fn(state):
-    return optimizer.get_hparams(state)
-
-  @tff.tensorflow.computation(
-      state_type, get_hparams_fn.type_signature.result
-  )
-  def set_hparams_fn(state, hparams):
-    return optimizer.set_hparams(state, hparams)
-
-  return tff.learning.templates.FinalizerProcess(
-      init_fn,
-      next_fn,
-      get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn,
+  return server_step.build_server_step_finalizer(
+      model_weights_type,
+      update_type,
+      initial_state,
+      step,
+      get_hparams=optimizer.get_hparams,
+      set_hparams=optimizer.set_hparams,
   )

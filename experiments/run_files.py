@@ -1,0 +1,47 @@
+"""A run directory's files, readable without TensorFlow.
+
+`metrics.csv` (one row per round, written by the training loop's
+`tff.program.CSVFileReleaseManager`) and `summary.json`.
+"""
+
+import csv
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+METRICS_CSV = 'metrics.csv'
+SUMMARY_JSON = 'summary.json'
+
+
+def write_json(path: str, value: Any) -> None:
+  """Writes `value` as JSON through a temporary file renamed into place."""
+  temporary = f'{path}.tmp{os.getpid()}'
+  with open(temporary, 'w') as f:
+    json.dump(value, f, indent=2, default=_to_builtin)
+    f.write('\n')
+  os.replace(temporary, path)
+
+
+def _to_builtin(value):
+  if isinstance(value, np.ndarray):
+    return value.tolist()
+  if isinstance(value, np.generic):
+    return value.item()
+  raise TypeError(f'Not JSON serialisable: {type(value)}')
+
+
+def read_metrics(output_dir: str) -> list[dict[str, str]]:
+  """The rows of a run's metrics CSV (one per round, key = round)."""
+  with open(os.path.join(output_dir, METRICS_CSV)) as f:
+    return list(csv.DictReader(f))
+
+
+def accuracy_curve(
+    rows: list[dict[str, str]], accuracy_metric: str
+) -> tuple[list[int], list[float]]:
+  """(rounds, accuracies) of the evaluated rounds of a metrics CSV."""
+  column = f'test/{accuracy_metric}'
+  points = [(int(r['key']), float(r[column])) for r in rows if r.get(column)]
+  return [p[0] for p in points], [p[1] for p in points]

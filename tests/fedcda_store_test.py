@@ -1,0 +1,150 @@
+"""FedCDA with the history outside TFF: same models as in the TFF state."""
+
+import asyncio
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from experiments import runtime
+from tests import test_utils
+from tff_aggregators import algorithms
+import tff_aggregators
+from tff_aggregators.client_works import identified
+
+_OPTIMIZER = tff.learning.optimizers.build_sgdm(learning_rate=0.5)
+_POPULATION = 6
+
+
+def setUpModule():
+  runtime.use_local_worker()
+
+
+def _cohorts(rounds, size, seed=0):
+  rng = np.random.default_rng(seed)
+  return [list(rng.choice(_POPULATION, size, replace=False))
+          for _ in range(rounds)]
+
+
+def _flat(weights):
+  return np.concatenate([np.ravel(x) for x in weights.trainable])
+
+
+class FedCdaStoreTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.datasets = test_utils.tiny_client_datasets(_POPULATION)
+    self.initial = tf.nest.map_structure(
+        lambda v: v.numpy(),
+        tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()))
+
+  def _process(self, store, **kwargs):
+    kwargs = dict(dict(max_clients=4, warmup_rounds=1, seed=3), **kwargs)
+    return algorithms.build_fedcda_process(
+        test_utils.tiny_model_fn, _OPTIMIZER, num_clients=_POPULATION,
+        history_store=store, **kwargs)
+
+  def _run(self, process, cohorts, state=None):
+    """(final state, [(flat model, finalizer metrics)] per round)."""
+    if state is None:
+      state = process.set_model_weights(process.initialize(), self.initial)
+    rounds = []
+    for ids in cohorts:
+      output = process.next(state, identified.with_client_ids(
+          [self.datasets[i] for i in ids], ids))
+      state = output.state
+      rounds.append((_flat(process.get_model_weights(state)),
+                     dict(output.metrics['finalizer'])))
+    return state, rounds
+
+  @parameterized.named_parameters(
+      ('eq8', {}),
+      ('later_included', dict(later_batches='included_at_previous_selection')),
+      ('tensorwise_norm', dict(divergence='tensorwise_norm')),
+      ('k1', dict(memory_size=1)),
+  )
+  def test_stores_give_the_in_state_models(self, switches):
+    cohorts = _cohorts(6, 4)
+    _, want = self._run(self._process(None, **switches), cohorts)
+    older = sum(m['older_selected'] for _, m in want)
+    if switches.get('memory_size') == 1:
+      self.assertEqual(older, 0)
+    else:
+      self.assertGreater(older, 1)  # The case exercises selection.
+    for store in (tff_aggregators.InMemoryHistoryStore(),
+                  tff_aggregators.MemmapHistoryStore(
+                      self.create_tempdir().full_path)):
+      _, got = self._run(self._process(store, **switches), cohorts)
+      for (got_w, got_m), (want_w, want_m) in zip(got, want):
+        self.assertEqual(got_m['older_selected'], want_m['older_selected'])
+        self.assertEqual(got_m['num_seen'], want_m['num_seen'])
+        np.testing.assert_allclose(got_m['objective_selected'],
+                                   want_m["objective_selected"], rtol=1e-5)
+        np.testing.assert_allclose(got_w, want_w, rtol=0, atol=1e-6)
+
+  def test_memmap_resumes_after_an_interrupted_round(self):
+    cohorts = _cohorts(6, 4, seed=1)
+    _, want = self._run(self._process(tff_aggregators.MemmapHistoryStore(
+        self.create_tempdir().full_path)), cohorts)
+    directory = self.create_tempdir().full_path
+    process = self._process(tff_aggregators.MemmapHistoryStore(directory))
+    state, _ = self._run(process, cohorts[:3])
+    manager = tff.program.FileProgramStateManager(
+        self.create_tempdir().full_path)
+    asyncio.run(manager.save(state, version=3))
+    self._run(process, cohorts[3:4], state)  # Writes the store, then "dies".
+    # A new driver process: a new store object over the same files.
+    resumed = self._process(tff_aggregators.MemmapHistoryStore(directory))
+    loaded, version = asyncio.run(manager.load_latest(resumed.initialize()))
+    self.assertEqual(version, 3)
+    self.assertEqual(int(loaded['round']), 3)
+    _, got = self._run(resumed, cohorts[3:], loaded)
+    for (got_w, _), (want_w, _) in zip(got, want[3:]):
+      np.testing.assert_array_equal(got_w, want_w)
+
+  def test_in_memory_state_round_trips_through_a_checkpoint(self):
+    cohorts = _cohorts(5, 4, seed=2)
+    process = self._process(tff_aggregators.InMemoryHistoryStore())
+    _, want = self._run(process, cohorts)
+    state, _ = self._run(process, cohorts[:2])
+    manager = tff.program.FileProgramStateManager(
+        self.create_tempdir().full_path)
+    asyncio.run(manager.save(state, version=2))
+    loaded, _ = asyncio.run(manager.load_latest(process.initialize()))
+    _, got = self._run(process, cohorts[2:], loaded)
+    for (got_w, _), (want_w, _) in zip(got, want[2:]):
+      np.testing.assert_array_equal(got_w, want_w)
+
+  def test_a_store_two_rounds_ahead_is_refused(self):
+    directory = self.create_tempdir().full_path
+    process = self._process(tff_aggregators.MemmapHistoryStore(directory),
+                            memory_size=1, max_clients=1)
+    first, _ = self._run(process, [[0]])
+    later, _ = self._run(process, [[0], [0]], first)
+    del later  # Slot of round 0 now holds round 2.
+    with self.assertRaisesRegex(ValueError, 'moved past the process state'):
+      self._run(process, [[0]], first)
+
+  def test_training_loop_sees_client_ids(self):
+    process = self._process(tff_aggregators.InMemoryHistoryStore())
+    self.assertTrue(identified.expects_client_ids(process))
+    self.assertEqual(process.get_hparams(process.initialize())['client_work']
+                     ['learning_rate'], np.float32(0.5))
+
+  def test_bad_stores(self):
+    with self.assertRaisesRegex(TypeError, 'HistoryStore'):
+      self._process('/tmp/somewhere')
+    with self.assertRaisesRegex(ValueError, 'GiB.*MemmapHistoryStore'):
+      self._process(tff_aggregators.InMemoryHistoryStore(max_bytes=10))
+    directory = self.create_tempdir().full_path
+    self._process(tff_aggregators.MemmapHistoryStore(directory))
+    with self.assertRaisesRegex(ValueError, 'new directory'):
+      self._process(tff_aggregators.MemmapHistoryStore(directory),
+                    memory_size=2)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,360 @@
+"""FedCDA with the client history in a keyed store outside TFF (spec 8.2).
+
+The in-state FedCDA finalizer (`tff_aggregators.finalizers.fedcda`) keeps the
+history N x K x D in its TFF state, which TFF serialises every round. Here a
+TFF computation runs the round's client side (broadcast, the identified
+client work, `CollectAllFactory`) and returns the collected rows to Python;
+the cache update and selection run in the driver on a `HistoryStore`, with
+the same TF selection code (`fedcda.build_selection`), so both backends
+compute the same models. Only the participants' rows are read or written per
+round (plus every seen client's selected model with
+`divergence='tensorwise_norm'`).
+
+Stores (one slot more than K per client, see below):
+  * `InMemoryHistoryStore()`: a NumPy array in the process state, saved
+    with every checkpoint. For histories that fit in RAM.
+  * `MemmapHistoryStore(directory)`: a memory-mapped file
+    `<directory>/models.f32` of N x (K+1) x D float32, sparse on disk (only
+    the rows of clients seen take space: clients seen x (K+1) x D x 4
+    bytes). For large populations or models. The process state (and so the
+    checkpoint) holds only the per-slot losses and round stamps, the
+    selections and the running sums.
+
+Why K+1 slots: a round writes a participant's new model into its oldest
+slot, which is never a candidate nor a selection (those are among the K
+newest). So a round interrupted after its write (a crash before the
+checkpoint of that round) leaves the store valid for the previous
+checkpoint: resuming re-runs the round and continues identically. The
+memory-mapped store also records the stamp of what each slot holds
+(`<directory>/stamps.i32`) and refuses to run from a state that the file
+has moved past by more than one round (for example resuming an older
+checkpoint), naming the rounds.
+
+The process behaves like a `tff.learning.templates.LearningProcess`:
+`initialize`, `next(state, client_data)` (client data as
+`identified.with_client_ids` makes it), `get_model_weights`,
+`set_model_weights`, `get_hparams`/`set_hparams` (the client work's), and its
+state is a structure of NumPy arrays that `tff.program` state managers save.
+"""
+
+import collections
+import json
+import os
+import shutil
+from typing import Any, Optional
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tff_aggregators.aggregators import collect
+from tff_aggregators.finalizers import fedcda
+
+DEFAULT_MAX_MEMORY_BYTES = 8 * 2**30
+
+
+class HistoryStore:
+  """Where the cached client models live: an array-like [N, K+1, D]."""
+
+  def open(self, num_clients: int, num_slots: int, size: int) -> None:
+    """Prepares the store for N clients x slots x D parameters."""
+    raise NotImplementedError
+
+  def initial_models(self) -> np.ndarray:
+    """The models part of the initial process state."""
+    raise NotImplementedError
+
+  def models(self, state_models: np.ndarray) -> np.ndarray:
+    """The array to read and write, given the state's models entry."""
+    raise NotImplementedError
+
+  def check(self, ids: np.ndarray, stamps: np.ndarray) -> None:
+    """Raises if the store's slots of `ids` are not those of `stamps`."""
+
+  def wrote(self, ids: np.ndarray, slots: np.ndarray, round_num: int) -> None:
+    """Records that `slots` of `ids` now hold round `round_num`'s models."""
+
+
+class InMemoryHistoryStore(HistoryStore):
+  """The history as a NumPy array in the process state (checkpointed).
+
+  Args:
+    max_bytes: Refuse a larger history (N x (K+1) x D x 4 bytes; default 8
+      GiB); use `MemmapHistoryStore` above it.
+  """
+
+  def __init__(self, max_bytes: int = DEFAULT_MAX_MEMORY_BYTES):
+    self._max_bytes = max_bytes
+    self._shape = None
+
+  def open(self, num_clients, num_slots, size):
+    nbytes = num_clients * num_slots * size * 4
+    if nbytes > self._max_bytes:
+      raise ValueError(
+          f'FedCDA\'s in-memory history would hold {num_clients} clients x '
+          f'{num_slots} slots x {size:,} parameters = {nbytes / 2**30:,.2f} '
+          f'GiB, above max_bytes={self._max_bytes / 2**30:,.2f} GiB. Use '
+          'MemmapHistoryStore(directory) (on disk, only seen clients take '
+          'space) or raise max_bytes if the machine has the memory.'
+      )
+    self._shape = (num_clients, num_slots, size)
+
+  def initial_models(self):
+    return np.zeros(self._shape, np.float32)
+
+  def models(self, state_models):
+    return state_models
+
+
+class MemmapHistoryStore(HistoryStore):
+  """The history in a memory-mapped file under `directory` (sparse on disk).
+
+  Args:
+    directory: Where `models.f32`, `stamps.i32` and `shape.json` go. A run
+      resumed from its checkpoint must use the same directory; a new run
+      needs a new (or emptied) directory.
+  """
+
+  def __init__(self, directory: str):
+    self._directory = directory
+    self._models = None
+    self._stamps = None
+
+  def open(self, num_clients, num_slots, size):
+    os.makedirs(self._directory, exist_ok=True)
+    shape = [num_clients, num_slots, size]
+    shape_path = os.path.join(self._directory, 'shape.json')
+    models_path = os.path.join(self._directory, 'models.f32')
+    stamps_path = os.path.join(self._directory, 'stamps.i32')
+    if os.path.exists(shape_path):
+      with open(shape_path) as f:
+        found = json.load(f)
+      if found != shape:
+        raise ValueError(
+            f'The FedCDA history store in {self._directory} holds clients x '
+            f'slots x parameters = {found}, but this process needs {shape}. '
+            'Use a new directory for a new configuration.'
+        )
+      mode = 'r+'
+    else:
+      mode = 'w+'
+      worst = num_clients * num_slots * size * 4
+      free = shutil.disk_usage(self._directory).free
+      if worst > free:
+        logging.warning(
+            'FedCDA history store %s may grow to %.1f GiB if every client is '
+            'seen (%.1f GiB free); it grows with the clients seen.',
+            self._directory, worst / 2**30, free / 2**30)
+    self._models = np.memmap(models_path, np.float32, mode, shape=tuple(shape))
+    self._stamps = np.memmap(stamps_path, np.int32, mode,
+                             shape=(num_clients, num_slots))
+    if mode == 'w+':
+      self._stamps[:] = -1
+      self._stamps.flush()
+      temporary = f'{shape_path}.tmp'
+      with open(temporary, 'w') as f:
+        json.dump(shape, f)
+      os.replace(temporary, shape_path)
+
+  def initial_models(self):
+    return np.zeros([0], np.float32)  # The models stay on disk.
+
+  def models(self, state_models):
+    del state_models
+    return self._models
+
+  def check(self, ids, stamps):
+    found = self._stamps[ids]
+    stale = np.logical_and(stamps >= 0, found != stamps)
+    if np.any(stale):
+      client = ids[np.nonzero(stale)[0][0]]
+      raise ValueError(
+          f'The FedCDA history store in {self._directory} has moved past the '
+          f'process state: client {client}\'s slots hold rounds '
+          f'{self._stamps[client].tolist()} where the state expects '
+          f'{stamps[np.nonzero(stale)[0][0]].tolist()}. The store can only '
+          'be one round ahead of the state (an interrupted round); resume '
+          'from the latest checkpoint, or start a new run with a new store '
+          'directory.'
+      )
+
+  def wrote(self, ids, slots, round_num):
+    self._models.flush()  # Data before the stamps that vouch for it.
+    self._stamps[ids, slots] = round_num
+    self._stamps.flush()
+
+
+class FedCdaStoreProcess:
+  """FedCDA with the history in a `HistoryStore`; see the module docstring.
+
+  Built by `tff_aggregators.build_fedcda_process(..., history_store=...)`.
+  """
+
+  expects_client_ids = True  # `identified.expects_client_ids` reads it.
+
+  def __init__(
+      self,
+      *,
+      initial_model_weights_fn: tff.Computation,
+      client_work: tff.learning.templates.ClientWorkProcess,
+      aggregator: tff.templates.AggregationProcess,
+      update_type: tff.Type,
+      num_clients: int,
+      max_clients: int,
+      options: fedcda.FedCdaOptions,
+      history_store: HistoryStore,
+  ):
+    model_weights_type = initial_model_weights_fn.type_signature.result
+    trainable_type = model_weights_type.trainable
+    self._update_type = fedcda.check_update_type(update_type, trainable_type)
+    self._initial_model_weights_fn = initial_model_weights_fn
+    self._client_work = client_work
+    self._aggregator = aggregator
+    self._options = options
+    self._num_clients = num_clients
+    self._num_slots = options.memory_size + 1
+    self._size = collect.flat_size(trainable_type)
+    self._store = history_store
+    self._store.open(num_clients, self._num_slots, self._size)
+    self._select = tf.function(
+        fedcda.build_selection(options, max_clients,
+                               fedcda.leaf_sizes(trainable_type)),
+        reduce_retracing=True)
+    self._parse = tf.function(
+        lambda w, values, weights: fedcda.participants(
+            w, collections.OrderedDict(values=values, weights=weights),
+            self._update_type, num_clients),
+        reduce_retracing=True)
+    self._unflatten = tf.function(
+        lambda flat: collect.unflatten(flat, trainable_type))
+
+    client_data_type = client_work.next.type_signature.parameter[2]
+
+    @tff.federated_computation(
+        tff.FederatedType(model_weights_type, tff.SERVER),
+        client_work.initialize.type_signature.result,
+        aggregator.initialize.type_signature.result,
+        client_data_type,
+    )
+    def collect_round(weights, work_state, aggregator_state, client_data):
+      work = client_work.next(
+          work_state, tff.federated_broadcast(weights), client_data)
+      aggregated = aggregator.next(
+          aggregator_state, work.result.update, work.result.update_weight)
+      return (aggregated.result, work.state, aggregated.state,
+              work.measurements, aggregated.measurements)
+
+    self._collect_round = collect_round
+
+  def initialize(self) -> collections.OrderedDict:
+    n, s = self._num_clients, self._num_slots
+    return collections.OrderedDict(
+        global_model_weights=self._initial_model_weights_fn(),
+        client_work=self._client_work.initialize(),
+        aggregator=self._aggregator.initialize(),
+        round=np.int32(0),
+        history=self._store.initial_models(),
+        losses=np.zeros([n, s], np.float32),
+        stamps=np.full([n, s], -1, np.int32),
+        selected=np.full([n], -1, np.int32),
+        **fedcda.initial_sums(self._size),
+    )
+
+  def get_model_weights(self, state) -> tff.learning.models.ModelWeights:
+    return state['global_model_weights']
+
+  def set_model_weights(self, state, weights):
+    state = collections.OrderedDict(state)
+    state['global_model_weights'] = tff.learning.models.ModelWeights(
+        trainable=tf.nest.map_structure(np.asarray, list(weights.trainable)),
+        non_trainable=tf.nest.map_structure(
+            np.asarray, list(weights.non_trainable)),
+    )
+    return state
+
+  def get_hparams(self, state) -> collections.OrderedDict:
+    return collections.OrderedDict(
+        client_work=self._client_work.get_hparams(state['client_work']))
+
+  def set_hparams(self, state, hparams):
+    state = collections.OrderedDict(state)
+    state['client_work'] = self._client_work.set_hparams(
+        state['client_work'], hparams['client_work'])
+    return state
+
+  def next(self, state, client_data: list[Any]
+           ) -> tff.learning.templates.LearningProcessOutput:
+    """One round: TFF runs the clients, the driver updates the store."""
+    weights = state['global_model_weights']
+    collected, work_state, aggregator_state, work_metrics, aggregator_metrics = (
+        self._collect_round(weights, state['client_work'],
+                            state['aggregator'], client_data))
+    w = np.concatenate([np.ravel(np.asarray(x, np.float32))
+                        for x in weights.trainable])
+    ids, models, losses, part_weights = (
+        x.numpy() for x in self._parse(
+            w, np.asarray(collected['values'], np.float32),
+            np.asarray(collected['weights'], np.float32)))
+    t = int(state['round'])
+    store = self._store.models(state['history'])
+    stamps = np.array(state['stamps'])
+    stored_losses = np.array(state['losses'])
+    selected = np.array(state['selected'])
+    self._store.check(ids, stamps[ids])
+    # The participants' old selections, before the cache write.
+    old_slots = selected[ids]
+    old_models = store[ids, np.maximum(old_slots, 0)]
+    old_losses = stored_losses[ids, np.maximum(old_slots, 0)]
+    fixed_models = np.zeros([0, self._size], np.float32)
+    if self._options.divergence == 'tensorwise_norm':
+      others = np.nonzero(selected >= 0)[0]
+      others = others[~np.isin(others, ids)]
+      self._store.check(others, stamps[others])
+      fixed_models = store[others, selected[others]]
+    # The new model goes into an empty slot, else the oldest: never a
+    # candidate nor a selection (K+1 slots).
+    slots = np.argmin(stamps[ids], axis=1).astype(np.int32)
+    store[ids, slots] = models
+    self._store.wrote(ids, slots, t)
+    stored_losses[ids, slots] = losses
+    stamps[ids, slots] = t
+    sums = collections.OrderedDict(
+        (name, state[name]) for name in fedcda.SUMS)
+    chosen_slots, new, sums, measurements = self._select(
+        np.int32(t), w, ids, models, part_weights, sums, old_slots >= 0,
+        old_models, old_losses, store[ids], stored_losses[ids], stamps[ids],
+        fixed_models)
+    selected[ids] = chosen_slots.numpy()
+    new_trainable = tf.nest.map_structure(
+        lambda x: x.numpy(), self._unflatten(new))
+    new_state = collections.OrderedDict(
+        global_model_weights=tff.learning.models.ModelWeights(
+            trainable=list(tf.nest.flatten(new_trainable)),
+            non_trainable=weights.non_trainable),
+        client_work=work_state,
+        aggregator=aggregator_state,
+        round=np.int32(t + 1),
+        history=state['history'],
+        losses=stored_losses,
+        stamps=stamps,
+        selected=selected,
+        **{name: value.numpy() for name, value in sums.items()},
+    )
+    metrics = collections.OrderedDict(
+        distributor=(),
+        client_work=work_metrics,
+        aggregator=aggregator_metrics,
+        finalizer=tf.nest.map_structure(lambda x: x.numpy(), measurements),
+    )
+    return tff.learning.templates.LearningProcessOutput(new_state, metrics)
+
+
+def check_store(history_store: Optional[HistoryStore]) -> None:
+  if history_store is not None and not isinstance(history_store,
+                                                  HistoryStore):
+    raise TypeError(
+        'history_store must be a tff_aggregators HistoryStore '
+        '(InMemoryHistoryStore() or MemmapHistoryStore(directory)), got '
+        f'{type(history_store).__name__}.'
+    )
