@@ -13,7 +13,9 @@ FedAvg's. Settings:
   and aggregating 50 models rather than by local training;
 - the `fmnist20` setting again with 2 local workers, per aggregator
   (FedLWS there with its one-pass tau, `--fedlws_tau_mode=rms`).
-FedCDA runs with a 1-round warm-up, so its selection is what is timed.
+FedCDA runs with a 1-round warm-up, so its selection is what is timed; it
+runs twice, with its history in the TFF state and in the driver
+(`fedcda:fedcda_history=memory`).
 Peak resident memory of this driver and of the workers is recorded per run.
 Writes `round_benchmark.json` and `round_benchmark.md` to `--output_dir`.
 """
@@ -51,7 +53,13 @@ _WARMUP = flags.DEFINE_integer(
     'warmup_rounds', 2, 'Rounds excluded from the median (tracing, caches).'
 )
 _AGGREGATORS = flags.DEFINE_list(
-    'benchmark_aggregators', None, 'Aggregators (default: all registered).'
+    'benchmark_aggregators', None,
+    'Aggregators (default: all registered, and FedCDA with its history in '
+    'the driver); `name:flag=value:...` runs `name` with method flags set.'
+)
+_NAME = flags.DEFINE_string(
+    'benchmark_name', 'round_benchmark',
+    'Results go to <name>.json and <name>.md (another name for a subset).'
 )
 _SETTINGS = flags.DEFINE_list(
     'settings', ['fmnist20', 'cnn1m_50', 'fmnist20_2workers'], 'Settings.'
@@ -96,11 +104,30 @@ def _peak_rss_mb(pid: int) -> float:
   return float('nan')
 
 
+def _method_flags(name: str) -> tuple[str, dict[str, str]]:
+  """`fedcda:fedcda_history=memory` -> ('fedcda', {'fedcda_history': ...})."""
+  method, *settings = name.split(':')
+  return method, dict(setting.split('=', 1) for setting in settings)
+
+
 def _measure(name, task, proxy_data, *, clients_per_round, num_workers):
   """Trains `name`; returns median round seconds and peak memory."""
+  method, method_flags = _method_flags(name)
+  for flag, value in method_flags.items():
+    flags.FLAGS[flag].parse(value)
+  try:
+    return _train(method, task, proxy_data,
+                  clients_per_round=clients_per_round,
+                  num_workers=num_workers)
+  finally:
+    for flag in method_flags:
+      flags.FLAGS[flag].unparse()
+
+
+def _train(method, task, proxy_data, *, clients_per_round, num_workers):
   workers = runtime.use_local_workers(num_workers)
   process = registry.build_process(
-      name,
+      method,
       registry.ProcessInputs(
           model_fn=task.model_fn,
           client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.05),
@@ -205,7 +232,7 @@ def main(argv):
   os.makedirs(output_dir, exist_ok=True)
   aggregators = _AGGREGATORS.value or ['fedavg'] + [
       n for n in registry.names() if n != 'fedavg'
-  ]
+  ] + ['fedcda:fedcda_history=memory']
   if aggregators[0] != 'fedavg':
     aggregators = ['fedavg'] + [a for a in aggregators if a != 'fedavg']
   started = time.time()
@@ -224,9 +251,9 @@ def main(argv):
       ),
   )
   all_results['total_seconds'] = time.time() - started
-  training.write_json(os.path.join(output_dir, 'round_benchmark.json'),
+  training.write_json(os.path.join(output_dir, f'{_NAME.value}.json'),
                       all_results)
-  with open(os.path.join(output_dir, 'round_benchmark.md'), 'w') as f:
+  with open(os.path.join(output_dir, f'{_NAME.value}.md'), 'w') as f:
     f.write(_markdown(all_results))
   logging.info('\n%s', _markdown(all_results))
 

@@ -1,0 +1,209 @@
+r"""Runs a Fashion-MNIST reproduction cell and writes its report.
+
+  bazel run //results/fmnist:reproduce -- --cell=fedlaw
+  bazel run //results/fmnist:reproduce -- --cell=fedlaw --settings=mlp_alpha0.1 \
+      --methods=fedavg,fedlaw --seeds=8
+  bazel run //results/fmnist:reproduce -- --cell=fedlaw --report_only
+
+Each run is `//experiments:fmnist` in its own process, writing to
+`results/fmnist/<cell>/<setting>/<method>_seed<seed>/`; a run that stopped
+(killed, or a session that ended) resumes from its checkpoint when the same
+command is given again, and finished runs are skipped. The report
+(`results/fmnist/<cell>/README.md`, curves as PNG) is rewritten from whatever
+runs exist, and says how many rounds each one has reached: a number from an
+unfinished run is labelled as such.
+"""
+
+import collections
+import os
+import subprocess
+import sys
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+
+from experiments import plotting
+from experiments import run_files
+from results.fmnist import cells
+
+_CELL = flags.DEFINE_enum('cell', None, sorted(cells.CELLS), 'The cell.')
+_SETTINGS = flags.DEFINE_list('settings', None, 'Settings (default: all).')
+_METHODS = flags.DEFINE_list('methods', None, 'Methods (default: all).')
+_SEEDS = flags.DEFINE_list('seeds', None, 'Seeds (default: the cell\'s).')
+_ROUNDS = flags.DEFINE_integer(
+    'rounds', None,
+    'Stop at this many rounds (default: the protocol\'s); the report labels '
+    'a run below the protocol\'s rounds as reduced.')
+_REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only the report.')
+_ROOT = flags.DEFINE_string(
+    'root', None,
+    'Where results/ is (default: the workspace under bazel run, else the '
+    'current directory).')
+
+_LAST_ROUNDS = 10  # The papers' metric: mean test accuracy of the last 10.
+
+
+def _root() -> str:
+  return _ROOT.value or os.environ.get('BUILD_WORKSPACE_DIRECTORY', os.getcwd())
+
+
+def run_dir(cell: cells.Cell, setting: str, method: str, seed: int) -> str:
+  return os.path.join(_root(), 'results', 'fmnist', cell.name, setting,
+                      f'{method}_seed{seed}')
+
+
+def _flag_args(values: dict[str, object]) -> list[str]:
+  return [f'--{name}={value}' for name, value in values.items()]
+
+
+def _completed_rounds(directory: str) -> int:
+  if not os.path.exists(os.path.join(directory, run_files.METRICS_CSV)):
+    return 0
+  return len(run_files.read_metrics(directory))
+
+
+def run_one(cell, setting, method, seed, rounds) -> None:
+  """Runs (or resumes) one run of the cell up to `rounds`."""
+  directory = run_dir(cell, setting, method, seed)
+  if _completed_rounds(directory) >= rounds:
+    logging.info('%s: done (%d rounds).', directory, rounds)
+    return
+  arguments = [sys.executable, '-m', 'experiments.fmnist'] + _flag_args(
+      dict(cell.common, **cell.settings[setting], **cell.methods[method],
+           seed=seed, rounds=rounds, output_dir=directory))
+  logging.info('Running %s', ' '.join(arguments[1:]))
+  environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+  completed = subprocess.run(arguments, env=environment, check=False)
+  if completed.returncode != 0:
+    raise SystemExit(f'error: the run in {directory} failed (exit '
+                     f'{completed.returncode}); rerun the same command to '
+                     'resume it.')
+
+
+def _summary(directory: str, protocol_rounds: int):
+  """(last-10 mean accuracy %, rounds run, curve) of a run, or None."""
+  if not _completed_rounds(directory):
+    return None
+  rows = run_files.read_metrics(directory)
+  rounds, accuracies = run_files.accuracy_curve(
+      rows, 'sparse_categorical_accuracy')
+  if not rounds:
+    return None
+  done = len(rows)
+  last = [a for r, a in zip(rounds, accuracies) if r > done - _LAST_ROUNDS]
+  return collections.OrderedDict(
+      accuracy=100 * float(np.mean(last)), rounds=done,
+      complete=done >= protocol_rounds, curve=(rounds, accuracies))
+
+
+def _mean_std(values):
+  if not values:
+    return None
+  return float(np.mean(values)), float(np.std(values)), len(values)
+
+
+def _format(stat):
+  if stat is None:
+    return 'not run'
+  mean, std, n = stat
+  return f'{mean:.2f} ± {std:.2f} ({n} seed{"s" if n > 1 else ""})'
+
+
+def write_report(cell: cells.Cell) -> str:
+  """Writes `results/fmnist/<cell>/README.md` and the curves; returns path."""
+  base = os.path.join(_root(), 'results', 'fmnist', cell.name)
+  os.makedirs(base, exist_ok=True)
+  lines = [f'# {cell.title}', '',
+           f'Protocol and paper numbers: `{cell.source}`. Metric: mean test '
+           f'accuracy (%) of the last {_LAST_ROUNDS} rounds, mean ± std over '
+           'seeds; test split minus the proxy set for every method. '
+           f'Protocol: {cell.rounds} rounds, seeds '
+           f'{", ".join(map(str, cell.seeds))}.', '',
+           'Regenerate: `bazel run //results/fmnist:reproduce -- '
+           f'--cell={cell.name}` (resumes unfinished runs).', '',
+           '| setting | method | paper | ours | paper gain | our gain | '
+           'rounds run (per seed) |',
+           '|---|---|---|---|---|---|---|']
+  summary = {}
+  for setting in cell.settings:
+    curves = {}
+    for method in cell.methods:
+      runs = {}
+      for seed in cell.seeds:
+        result = _summary(run_dir(cell, setting, method, seed), cell.rounds)
+        if result is not None:
+          runs[seed] = result
+      summary[(setting, method)] = runs
+      if runs:
+        first = runs[min(runs)]
+        curves[f'{method} (seed {min(runs)})'] = first['curve']
+    if curves:
+      plotting.plot_accuracy(
+          curves, os.path.join(base, f'{setting}.png'),
+          title=f'{cell.name}: {setting}')
+    for method in cell.methods:
+      runs = summary[(setting, method)]
+      ours = _mean_std([r['accuracy'] for r in runs.values()])
+      base_runs = summary[(setting, cell.baseline)]
+      common = sorted(set(runs) & set(base_runs))
+      gain = _mean_std([runs[s]['accuracy'] - base_runs[s]['accuracy']
+                        for s in common])
+      paper = cell.paper.get((setting, method))
+      paper_base = cell.paper.get((setting, cell.baseline))
+      paper_gain = (f'{paper - paper_base:+.2f}'
+                    if paper is not None and paper_base is not None
+                    and method != cell.baseline else '')
+      our_gain = (f'{gain[0]:+.2f} ± {gain[1]:.2f}'
+                  if gain and method != cell.baseline else '')
+      rounds = ', '.join(
+          f'{r["rounds"]}' + ('' if r['complete'] else ' (unfinished)')
+          for _, r in sorted(runs.items())) or '-'
+      lines.append(
+          f'| {setting} | {method} | '
+          f'{"" if paper is None else f"{paper:.2f}"} | {_format(ours)} | '
+          f'{paper_gain} | {our_gain} | {rounds} |')
+  lines += ['', 'Curves (first seed of each method): ' + ', '.join(
+      f'[{s}]({s}.png)' for s in cell.settings
+      if os.path.exists(os.path.join(base, f'{s}.png'))), '']
+  if cell.deviations:
+    lines += ['Differences from the paper\'s protocol:', '']
+    lines += [f'- {d}' for d in cell.deviations] + ['']
+  path = os.path.join(base, 'README.md')
+  temporary = f'{path}.tmp'
+  with open(temporary, 'w') as f:
+    f.write('\n'.join(lines))
+  os.replace(temporary, path)
+  run_files.write_json(os.path.join(base, 'summary.json'), {
+      f'{setting}/{method}': {
+          str(seed): {k: v for k, v in r.items() if k != 'curve'}
+          for seed, r in runs.items()}
+      for (setting, method), runs in summary.items()})
+  return path
+
+
+def main(argv):
+  del argv
+  if _CELL.value is None:
+    raise SystemExit(f'error: give --cell (one of {sorted(cells.CELLS)}).')
+  cell = cells.CELLS[_CELL.value]
+  for name, chosen, known in (('settings', _SETTINGS.value, cell.settings),
+                              ('methods', _METHODS.value, cell.methods)):
+    unknown = sorted(set(chosen or ()) - set(known))
+    if unknown:
+      raise SystemExit(f'error: unknown {name} {unknown}; the cell has '
+                       f'{sorted(known)}.')
+  if not _REPORT_ONLY.value:
+    seeds = [int(s) for s in _SEEDS.value] if _SEEDS.value else cell.seeds
+    rounds = _ROUNDS.value or cell.rounds
+    for seed in seeds:
+      for setting in _SETTINGS.value or cell.settings:
+        for method in _METHODS.value or cell.methods:
+          run_one(cell, setting, method, seed, rounds)
+          write_report(cell)
+  print(write_report(cell))
+
+
+if __name__ == '__main__':
+  app.run(main)
