@@ -153,10 +153,16 @@ class BinariesTest(parameterized.TestCase):
           n for n in registry.names() if n not in ('fedavg', 'fedlaw'))
   )
   def test_every_aggregator_runs(self, aggregator, name):
-    # Each method on one of the binaries (in rotation), on synthetic data.
-    _, rows = self._run(name, use_synthetic_data=True, aggregator=aggregator,
-                        fedcda_warmup=1)
+    # Each method on one of the binaries (in rotation), on synthetic data;
+    # FedCDA with its history memory-mapped in the run directory, as real
+    # populations need.
+    output_dir, rows = self._run(
+        name, use_synthetic_data=True, aggregator=aggregator,
+        fedcda_warmup=1, fedcda_history='disk')
     self.assertLen(rows, 2)
+    self.assertEqual(
+        os.path.exists(os.path.join(output_dir, 'fedcda_history')),
+        aggregator == 'fedcda')
 
   @parameterized.parameters(*baseline_tasks.TASKS)
   def test_fedlaw_learns_on_held_out_clients(self, name):

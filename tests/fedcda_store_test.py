@@ -139,6 +139,9 @@ class FedCdaStoreTest(parameterized.TestCase):
       self._process('/tmp/somewhere')
     with self.assertRaisesRegex(ValueError, 'GiB.*MemmapHistoryStore'):
       self._process(tff_aggregators.InMemoryHistoryStore(max_bytes=10))
+    with self.assertRaisesRegex(ValueError, 'Cannot map.*TiB'):
+      tff_aggregators.MemmapHistoryStore(
+          self.create_tempdir().full_path).open(2**40, 4, 2**30)
     directory = self.create_tempdir().full_path
     self._process(tff_aggregators.MemmapHistoryStore(directory))
     with self.assertRaisesRegex(ValueError, 'new directory'):

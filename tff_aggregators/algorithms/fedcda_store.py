@@ -146,9 +146,20 @@ class MemmapHistoryStore(HistoryStore):
             'FedCDA history store %s may grow to %.1f GiB if every client is '
             'seen (%.1f GiB free); it grows with the clients seen.',
             self._directory, worst / 2**30, free / 2**30)
-    self._models = np.memmap(models_path, np.float32, mode, shape=tuple(shape))
-    self._stamps = np.memmap(stamps_path, np.int32, mode,
-                             shape=(num_clients, num_slots))
+    try:
+      self._models = np.memmap(models_path, np.float32, mode,
+                               shape=tuple(shape))
+      self._stamps = np.memmap(stamps_path, np.int32, mode,
+                               shape=(num_clients, num_slots))
+    except (OSError, ValueError) as e:
+      raise ValueError(
+          f'Cannot map FedCDA\'s history file {models_path} of {num_clients} '
+          f'clients x {num_slots} slots x {size:,} parameters = '
+          f'{num_clients * num_slots * size * 4 / 2**40:,.2f} TiB (sparse: '
+          f'only seen clients take space): {e}. Use a file system that allows '
+          'files this large, a smaller memory_size or model, or fewer '
+          'clients.'
+      ) from e
     if mode == 'w+':
       self._stamps[:] = -1
       self._stamps.flush()
@@ -321,11 +332,16 @@ class FedCdaStoreProcess:
     stamps[ids, slots] = t
     sums = collections.OrderedDict(
         (name, state[name]) for name in fedcda.SUMS)
-    chosen_slots, new, sums, measurements = self._select(
+    ranked_slots = fedcda.rank_slots(
+        stamps[ids], self._options.memory_size).numpy()  # [P, K]
+    ranked_ids = np.broadcast_to(ids[:, None], ranked_slots.shape)
+    ranks, new, sums, measurements = self._select(
         np.int32(t), w, ids, models, part_weights, sums, old_slots >= 0,
-        old_models, old_losses, store[ids], stored_losses[ids], stamps[ids],
-        fixed_models)
-    selected[ids] = chosen_slots.numpy()
+        old_models, old_losses, store[ranked_ids, ranked_slots],
+        stored_losses[ranked_ids, ranked_slots],
+        stamps[ranked_ids, ranked_slots] >= 0, fixed_models)
+    selected[ids] = np.take_along_axis(
+        ranked_slots, ranks.numpy()[:, None], axis=1)[:, 0]
     new_trainable = tf.nest.map_structure(
         lambda x: x.numpy(), self._unflatten(new))
     new_state = collections.OrderedDict(

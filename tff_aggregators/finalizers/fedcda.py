@@ -205,14 +205,15 @@ def build_selection(options: FedCdaOptions, max_clients: int,
       `selected_loss_sum`, `num_seen`), participants' old selections included;
     seen_before [P] bool, old_models [P, D], old_losses [P]: each
       participant's previous selection (read before this round's cache write);
-    rows [P, S, D], row_losses [P, S], row_stamps [P, S]: the participants'
-      cache slots after this round's write (stamp -1: empty; the K largest
-      stamps are the candidates);
+    candidates [P, K, D], candidate_losses [P, K], candidate_valid [P, K]:
+      each participant's cached models after this round's write, newest
+      first (`rank_slots`), and which exist;
     fixed_models [A, D]: the non-participants' selected models, read only by
       `divergence='tensorwise_norm'` (else a [0, D] tensor);
 
-  and returns (chosen slot per participant [P], new model [D] float32, new
-  sums, measurements).
+  and returns (chosen rank per participant [P], new model [D] float32, new
+  sums, measurements). Float64 copies are made per batch only, so the
+  working set is the float32 candidates plus O(P x D) float64.
 
   Args:
     options: The settings.
@@ -266,16 +267,11 @@ def build_selection(options: FedCdaOptions, max_clients: int,
     return tf.clip_by_value(p - tf.range(num_slots) * capacity, 0, capacity)
 
   def select(t, w, ids, models, weights, sums, seen_before, old_models,
-             old_losses, rows, row_losses, row_stamps, fixed_models):
+             old_losses, candidates, candidate_losses, ranked_valid,
+             fixed_models):
     p = tf.shape(ids)[0]
-    # Candidates of each participant, newest first: [P, K].
-    ranked_slots = tf.argsort(row_stamps, axis=1, direction='DESCENDING',
-                              stable=True)[:, :k]
-    ranked_valid = tf.gather(row_stamps, ranked_slots, batch_dims=1) >= 0
-    candidates = tf.cast(tf.gather(rows, ranked_slots, batch_dims=1),
-                         tf.float64)
-    candidate_losses = tf.cast(
-        tf.gather(row_losses, ranked_slots, batch_dims=1), tf.float64)
+    candidate_losses = tf.cast(candidate_losses, tf.float64)
+    as64 = lambda x: tf.cast(x, tf.float64)
 
     # Take the participants' old selections out of the running sums.
     mask = tf.cast(seen_before, tf.float64)
@@ -301,14 +297,15 @@ def build_selection(options: FedCdaOptions, max_clients: int,
                         count - 1)
 
     def approx_selection():
-      centred = candidates - center  # [P, K, D]
       order = tf.argsort(tf.random.stateless_uniform(
           [p], seed=tf.stack([tf.constant(options.seed), t])))
       sizes = batch_sizes_of(p)
       starts = tf.cumsum(sizes, exclusive=True)
       # The script's later batches count at their previous selection.
-      current = tf.where(seen_before[:, None], old_models - center,
-                         centred[:, 0])
+      include_later = options.later_batches != 'excluded'
+      if include_later:
+        current = tf.where(seen_before[:, None], old_models - center,
+                           as64(candidates[:, 0]) - center)
       picked_rows = tf.cast(fixed_models, tf.float64) - center
       sum_u = fixed_sum - tf.cast(num_fixed, tf.float64) * center
       count = num_fixed
@@ -321,12 +318,13 @@ def build_selection(options: FedCdaOptions, max_clients: int,
         members = tf.gather(order, tf.minimum(starts[b] + act_positions,
                                               tf.maximum(p - 1, 0)))
         later = tf.gather(order, tf.range(starts[b] + m_b, p))
-        if options.later_batches == 'excluded':
-          later = later[:0]
-        later_models = tf.gather(current, later)
+        if include_later:
+          later_models = tf.gather(current, later)
+        else:
+          later, later_models = later[:0], picked_rows[:0]
         base_sum = sum_u + tf.reduce_sum(later_models, axis=0)
         big_m = tf.cast(count + m_b + tf.shape(later)[0], tf.float64)
-        u = tf.gather(centred, members)  # [m, K, D]
+        u = as64(tf.gather(candidates, members)) - center  # [m, K, D]
         ok = tf.logical_and(tf.gather(ranked_valid, members),
                             active[:, None])  # [m, K]
         chosen = combos + act_positions[None, :] * k  # [C, m] flat indices
@@ -374,7 +372,8 @@ def build_selection(options: FedCdaOptions, max_clients: int,
         real = tf.boolean_mask(members, active)
         real_ranks = tf.boolean_mask(best_ranks, active)
         ranks = tf.tensor_scatter_nd_update(ranks, real[:, None], real_ranks)
-        picked = tf.gather(tf.gather(centred, real), real_ranks, batch_dims=1)
+        picked = as64(tf.gather(tf.gather(candidates, real), real_ranks,
+                                batch_dims=1)) - center
         sum_u += tf.reduce_sum(picked, axis=0)
         if options.divergence == 'tensorwise_norm':
           picked_rows = tf.concat([picked_rows, picked], axis=0)
@@ -386,10 +385,9 @@ def build_selection(options: FedCdaOptions, max_clients: int,
     is_warmup = t < options.warmup_rounds
     ranks = tf.cond(tf.logical_or(is_warmup, tf.equal(p, 0)),
                     newest_selection, selectors[options.selection])
-    chosen_slots = tf.gather(ranked_slots, ranks, batch_dims=1)
-    chosen_models = tf.gather(candidates, ranks, batch_dims=1)  # [P, D]
+    chosen_models = as64(tf.gather(candidates, ranks, batch_dims=1))  # [P, D]
     chosen_losses = tf.gather(candidate_losses, ranks, batch_dims=1)
-    newest_models = candidates[:, 0]
+    newest_models = as64(candidates[:, 0])
     newest_losses = candidate_losses[:, 0]
     num_seen = num_fixed + p
     new_sums = collections.OrderedDict(
@@ -428,9 +426,14 @@ def build_selection(options: FedCdaOptions, max_clients: int,
             new_sums['selected_loss_sum'], num_seen),
         warmup=tf.cast(is_warmup, tf.int32),
     )
-    return chosen_slots, new, new_sums, measurements
+    return ranks, new, new_sums, measurements
 
   return select
+
+
+def rank_slots(stamps, k: int):
+  """[P, S] round stamps (-1: empty) -> the K newest slots' indices [P, K]."""
+  return tf.argsort(stamps, axis=1, direction='DESCENDING', stable=True)[:, :k]
 
 
 def leaf_sizes(trainable_type: Any) -> list[int]:
@@ -530,10 +533,18 @@ def build_fedcda_finalizer(
                                                 losses)
     stamps = tf.tensor_scatter_nd_update(stamps, new_index, tf.fill([p], t))
     sums = collections.OrderedDict((name, state[name]) for name in SUMS)
-    chosen_slots, new, sums, measurements = select(
+    participant_stamps = tf.gather(stamps, ids)
+    ranked_slots = rank_slots(participant_stamps, k)  # [P, K]
+    ranked_index = tf.stack(
+        [tf.broadcast_to(ids[:, None], tf.shape(ranked_slots)), ranked_slots],
+        axis=2)
+    ranks, new, sums, measurements = select(
         t, w, ids, models, part_weights, sums, old_slots >= 0, old_models,
-        old_losses, tf.gather(history, ids), tf.gather(stored_losses, ids),
-        tf.gather(stamps, ids), fixed_models)
+        old_losses, tf.gather_nd(history, ranked_index),
+        tf.gather_nd(stored_losses, ranked_index),
+        tf.gather(participant_stamps, ranked_slots, batch_dims=1) >= 0,
+        fixed_models)
+    chosen_slots = tf.gather(ranked_slots, ranks, batch_dims=1)
     new_state = collections.OrderedDict(
         round=t + 1,
         history=history,
