@@ -52,6 +52,9 @@ class _LayerFactory:
     state = np.random.SeedSequence([self._seed, self._count]).generate_state(1)
     return int(state[0]) & 0x7FFFFFFF
 
+  def dropout_seed(self) -> Optional[int]:
+    return self._next_seed()
+
   def _regularizer(self) -> Optional[tf.keras.regularizers.Regularizer]:
     return tf.keras.regularizers.L2(self._l2) if self._l2 > 0 else None
 
@@ -193,6 +196,33 @@ def create_simple_cnn(
   x = f.dense(x, 64, activation='relu')
   outputs = f.dense(x, num_classes)
   return tf.keras.Model(inputs, outputs, name='simple_cnn')
+
+
+def create_dropout_cnn(
+    input_shape: _Shape = (28, 28, 1),
+    num_classes: int = 10,
+    weight_decay: float = 0.0,
+    seed: Optional[int] = None,
+) -> tf.keras.Model:
+  """The CNN with dropout of Reddi et al. (2021), FedGLAD's MNIST model.
+
+  Conv 3x3/32, Conv 3x3/64 ('valid', ReLU), MaxPool 2, Dropout 0.25, Dense
+  128 + ReLU, Dropout 0.5, Dense classes (logits): 1,199,882 parameters on
+  28x28x1 (fedglad.md §6.1; TFF's `create_conv_dropout_model` has the same
+  layers with Glorot init and a softmax output; here PyTorch's init, as
+  FedGLAD's code).
+  """
+  f = _LayerFactory(weight_decay, seed)
+  inputs = tf.keras.Input(shape=tuple(input_shape))
+  x = f.conv(inputs, 32, 3, padding='valid', activation='relu')
+  x = f.conv(x, 64, 3, padding='valid', activation='relu')
+  x = tf.keras.layers.MaxPooling2D(2)(x)
+  x = tf.keras.layers.Dropout(0.25, seed=f.dropout_seed())(x)
+  x = tf.keras.layers.Flatten()(x)
+  x = f.dense(x, 128, activation='relu')
+  x = tf.keras.layers.Dropout(0.5, seed=f.dropout_seed())(x)
+  outputs = f.dense(x, num_classes)
+  return tf.keras.Model(inputs, outputs, name='dropout_cnn')
 
 
 def create_fedavg_cnn(
@@ -427,6 +457,7 @@ MODELS = {
     'lenet': create_lenet,
     'simple_cnn': create_simple_cnn,
     'fedavg_cnn': create_fedavg_cnn,
+    'dropout_cnn': create_dropout_cnn,
     'resnet20': create_resnet20,
     'resnet56_bottleneck': create_resnet56_bottleneck,
     'resnet18': create_resnet18,

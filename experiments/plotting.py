@@ -16,8 +16,9 @@ def plot_accuracy(
     path: str,
     *,
     title: Optional[str] = None,
+    ylabel: str = 'test accuracy',
 ) -> None:
-  """Plots test accuracy against round, one line per label, as a PNG.
+  """Plots test accuracy (or `ylabel`) against round, one line per label.
 
   The file is written to a temporary name and renamed, so `path` is never
   left half-written.
@@ -28,7 +29,7 @@ def plot_accuracy(
               label=label or None)
   axes.set_xlabel('round')
   axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
-  axes.set_ylabel('test accuracy')
+  axes.set_ylabel(ylabel)
   axes.grid(alpha=0.3)
   if title:
     axes.set_title(title)

@@ -88,20 +88,31 @@ def build_process(
   return _BUILDERS[name](inputs)
 
 
+FEDAVG_CLIENT_WEIGHTING = flags.DEFINE_enum(
+    'fedavg_client_weighting', 'num_examples', ['num_examples', 'uniform'],
+    'FedAvg/FedProx client weights: by examples (FedAvg) or uniform (the '
+    'unweighted mean FedSA\'s estimator builds on).',
+)
+
+
 @register('fedavg')
 def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   """FedAvg (FedAvgM, FedAdam, FedYogi by `--server_optimizer`), or FedProx."""
+  client_weighting = tff.learning.ClientWeighting[
+      FEDAVG_CLIENT_WEIGHTING.value.upper()]
   if inputs.proximal_strength > 0:
     return tff.learning.algorithms.build_weighted_fed_prox(
         model_fn=inputs.model_fn,
         proximal_strength=inputs.proximal_strength,
         client_optimizer_fn=inputs.client_optimizer_fn,
         server_optimizer_fn=inputs.server_optimizer_fn,
+        client_weighting=client_weighting,
     )
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn=inputs.model_fn,
       client_optimizer_fn=inputs.client_optimizer_fn,
       server_optimizer_fn=inputs.server_optimizer_fn,
+      client_weighting=client_weighting,
   )
 
 

@@ -18,6 +18,7 @@ _CONFIGS = {
     'simple_cnn_cifar100': ('simple_cnn', (32, 32, 3), 100),
     'simple_cnn_fmnist': ('simple_cnn', (28, 28, 1), 10),
     'fedavg_cnn_fmnist': ('fedavg_cnn', (28, 28, 1), 10),
+    'dropout_cnn_fmnist': ('dropout_cnn', (28, 28, 1), 10),
     'resnet20_cifar10': ('resnet20', (32, 32, 3), 10),
     'resnet56_bottleneck_cifar10': ('resnet56_bottleneck', (32, 32, 3), 10),
     'resnet18_cifar10': ('resnet18', (32, 32, 3), 10),
@@ -100,6 +101,7 @@ _EXPECTED_PARAMS = {
     ),
     'simple_cnn_fmnist': 93_322,  # fedlws.md §6.6
     'fedavg_cnn_fmnist': 1_663_370,  # fedcda.md §6
+    'dropout_cnn_fmnist': 1_199_882,  # TFF's create_conv_dropout_model
     'resnet20_cifar10': 272_474,  # fedlws.md §6.6
     'resnet56_bottleneck_cifar10': _resnet(
         True, (6, 6, 6), (16, 32, 64), 3, 10

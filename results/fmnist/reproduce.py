@@ -15,6 +15,7 @@ unfinished run is labelled as such.
 """
 
 import collections
+import json
 import os
 import subprocess
 import sys
@@ -98,6 +99,16 @@ def _summary(directory: str, protocol_rounds: int):
       complete=done >= protocol_rounds, curve=(rounds, accuracies))
 
 
+def _metric_curve(directory: str, column: str):
+  """(rounds, per-round value) of a metrics column; lists are averaged."""
+  rounds, values = [], []
+  for row in run_files.read_metrics(directory):
+    if row.get(column):
+      rounds.append(int(row['key']))
+      values.append(float(np.mean(json.loads(row[column]))))
+  return rounds, values
+
+
 def _mean_std(values):
   if not values:
     return None
@@ -143,20 +154,34 @@ def write_report(cell: cells.Cell) -> str:
       plotting.plot_accuracy(
           curves, os.path.join(base, f'{setting}.png'),
           title=f'{cell.name}: {setting}')
+    for column in cell.plotted_metrics:
+      series = {}
+      for method in cell.methods:
+        runs = summary[(setting, method)]
+        if runs:
+          series[method] = _metric_curve(
+              run_dir(cell, setting, method, min(runs)), column)
+      series = {m: c for m, c in series.items() if c[0]}
+      if series:
+        name = column.rsplit('/', 1)[-1]
+        plotting.plot_accuracy(
+            series, os.path.join(base, f'{setting}_{name}.png'),
+            title=f'{cell.name}: {setting}, {name}', ylabel=name)
     for method in cell.methods:
       runs = summary[(setting, method)]
       ours = _mean_std([r['accuracy'] for r in runs.values()])
-      base_runs = summary[(setting, cell.baseline)]
+      baseline = cell.baseline_of(method)
+      base_runs = summary[(setting, baseline)]
       common = sorted(set(runs) & set(base_runs))
       gain = _mean_std([runs[s]['accuracy'] - base_runs[s]['accuracy']
                         for s in common])
       paper = cell.paper.get((setting, method))
-      paper_base = cell.paper.get((setting, cell.baseline))
-      paper_gain = (f'{paper - paper_base:+.2f}'
+      paper_base = cell.paper.get((setting, baseline))
+      paper_gain = (f'{paper - paper_base:+.2f} vs {baseline}'
                     if paper is not None and paper_base is not None
-                    and method != cell.baseline else '')
-      our_gain = (f'{gain[0]:+.2f} ± {gain[1]:.2f}'
-                  if gain and method != cell.baseline else '')
+                    and method != baseline else '')
+      our_gain = (f'{gain[0]:+.2f} ± {gain[1]:.2f} vs {baseline}'
+                  if gain and method != baseline else '')
       rounds = ', '.join(
           f'{r["rounds"]}' + ('' if r['complete'] else ' (unfinished)')
           for _, r in sorted(runs.items())) or '-'
@@ -165,8 +190,8 @@ def write_report(cell: cells.Cell) -> str:
           f'{"" if paper is None else f"{paper:.2f}"} | {_format(ours)} | '
           f'{paper_gain} | {our_gain} | {rounds} |')
   lines += ['', 'Curves (first seed of each method): ' + ', '.join(
-      f'[{s}]({s}.png)' for s in cell.settings
-      if os.path.exists(os.path.join(base, f'{s}.png'))), '']
+      f'[{name}]({name})' for name in sorted(os.listdir(base))
+      if name.endswith('.png')), '']
   if cell.deviations:
     lines += ['Differences from the paper\'s protocol:', '']
     lines += [f'- {d}' for d in cell.deviations] + ['']

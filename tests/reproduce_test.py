@@ -1,0 +1,85 @@
+"""The reproduction report: numbers from the run files, labels, commands."""
+
+import csv
+import os
+
+from absl.testing import absltest
+from absl.testing import flagsaver
+
+from results.fmnist import cells
+from results.fmnist import reproduce
+
+_CELL = cells.Cell(
+    name='toy',
+    title='Toy cell',
+    source='nowhere',
+    rounds=12,
+    seeds=(1, 2),
+    common=dict(model='mlp'),
+    settings={'a': {}},
+    methods={'base': dict(aggregator='fedavg'),
+             'method': dict(aggregator='fedsa')},
+    baseline='base',
+    paper={('a', 'base'): 80.0, ('a', 'method'): 81.5},
+    deviations=('Toy deviation.',),
+    plotted_metrics=('train/finalizer/high_fraction',),
+)
+
+
+def _write_run(directory, accuracies, high_fraction=None):
+  os.makedirs(directory)
+  with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
+    names = ['key', 'round_seconds', 'test/sparse_categorical_accuracy',
+             'train/finalizer/high_fraction']
+    writer = csv.DictWriter(f, names)
+    writer.writeheader()
+    for i, accuracy in enumerate(accuracies, start=1):
+      writer.writerow({
+          'key': i, 'round_seconds': 1.0,
+          'test/sparse_categorical_accuracy': accuracy,
+          'train/finalizer/high_fraction':
+              high_fraction and f'[{high_fraction}, {high_fraction / 2}]'})
+
+
+class ReportTest(absltest.TestCase):
+
+  def test_table_reports_last_ten_rounds_gains_and_unfinished_runs(self):
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root):
+      # Base: rounds 3-12 at 0.80 (seed 1) and 0.82 (seed 2).
+      for seed, level in ((1, 0.80), (2, 0.82)):
+        _write_run(reproduce.run_dir(_CELL, 'a', 'base', seed),
+                   [0.1, 0.2] + [level] * 10)
+      # Method: seed 1 complete at 0.83; seed 2 stopped after 5 rounds.
+      _write_run(reproduce.run_dir(_CELL, 'a', 'method', 1),
+                 [0.1, 0.2] + [0.83] * 10, high_fraction=0.3)
+      _write_run(reproduce.run_dir(_CELL, 'a', 'method', 2),
+                 [0.5] * 5, high_fraction=0.2)
+      path = reproduce.write_report(_CELL)
+    with open(path) as f:
+      report = f.read()
+    self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 |',
+                  report)
+    # Seed 2 of the method: the mean of its 5 rounds, labelled unfinished.
+    self.assertIn('| a | method | 81.50 | 66.50 ± 16.50 (2 seeds) | '
+                  '+1.50 vs base | -14.50 ± 17.50 vs base | '
+                  '12, 5 (unfinished) |', report)
+    self.assertIn('Toy deviation.', report)
+    self.assertIn('--cell=toy', report)
+    base = os.path.dirname(path)
+    self.assertTrue(os.path.exists(os.path.join(base, 'a.png')))
+    self.assertTrue(os.path.exists(os.path.join(base, 'a_high_fraction.png')))
+
+  def test_cells_use_known_methods_and_settings(self):
+    for cell in cells.CELLS.values():
+      self.assertIn(cell.baseline, cell.methods, cell.name)
+      for method, baseline in cell.paired.items():
+        self.assertIn(method, cell.methods, cell.name)
+        self.assertIn(baseline, cell.methods, cell.name)
+      for setting, method in cell.paper:
+        self.assertIn(setting, cell.settings, cell.name)
+        self.assertIn(method, cell.methods, cell.name)
+
+
+if __name__ == '__main__':
+  absltest.main()
