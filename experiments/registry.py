@@ -384,22 +384,28 @@ def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
         'client models: use --server_optimizer=sgd (its learning rate is not '
         'used) and no --proximal_strength.'
     )
-  return tff_aggregators.build_fedcda_process(
-      inputs.model_fn,
-      inputs.client_optimizer_fn,
-      num_clients=inputs.num_clients,
-      max_clients=inputs.clients_per_round,
-      memory_size=FEDCDA_K.value,
-      num_batches=FEDCDA_BATCHES.value,
-      smoothness=FEDCDA_L.value,
-      warmup_rounds=FEDCDA_WARMUP.value,
-      seed=inputs.seed,
-      selection=FEDCDA_SELECTION.value,
-      divergence=FEDCDA_DIVERGENCE.value,
-      later_batches=FEDCDA_LATER_BATCHES.value,
-      warmup_aggregation=FEDCDA_WARMUP_AGGREGATION.value,
-      batch_param=FEDCDA_BATCH_PARAM.value,
-      history_store=_fedcda_history_store(inputs),
-      local_epochs=inputs.local_epochs,
-      max_state_bytes=FEDCDA_MAX_STATE_MB.value * 2**20,
-  )
+  try:
+    return tff_aggregators.build_fedcda_process(
+        inputs.model_fn,
+        inputs.client_optimizer_fn,
+        num_clients=inputs.num_clients,
+        max_clients=inputs.clients_per_round,
+        memory_size=FEDCDA_K.value,
+        num_batches=FEDCDA_BATCHES.value,
+        smoothness=FEDCDA_L.value,
+        warmup_rounds=FEDCDA_WARMUP.value,
+        seed=inputs.seed,
+        selection=FEDCDA_SELECTION.value,
+        divergence=FEDCDA_DIVERGENCE.value,
+        later_batches=FEDCDA_LATER_BATCHES.value,
+        warmup_aggregation=FEDCDA_WARMUP_AGGREGATION.value,
+        batch_param=FEDCDA_BATCH_PARAM.value,
+        history_store=_fedcda_history_store(inputs),
+        local_epochs=inputs.local_epochs,
+        max_state_bytes=FEDCDA_MAX_STATE_MB.value * 2**20,
+    )
+  except ValueError as e:
+    if 'max_state_bytes' not in str(e):
+      raise
+    raise ValueError(f'{e} In the experiment binaries: --fedcda_history='
+                     'memory or --fedcda_history=disk.') from e
