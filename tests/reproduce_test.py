@@ -56,6 +56,9 @@ class ReportTest(absltest.TestCase):
       _write_run(reproduce.run_dir(_CELL, 'a', 'method', 2),
                  [0.5] * 5, high_fraction=0.2)
       path = reproduce.write_report(_CELL)
+      index = reproduce.write_index()
+    with open(index) as f:
+      self.assertIn('| fedlaw |', f.read())
     with open(path) as f:
       report = f.read()
     self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 |',

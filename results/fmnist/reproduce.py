@@ -208,6 +208,43 @@ def write_report(cell: cells.Cell) -> str:
   return path
 
 
+def write_index() -> str:
+  """Writes `results/fmnist/README.md`: every cell, its runs and status."""
+  base = os.path.join(_root(), 'results', 'fmnist')
+  lines = ['# Fashion-MNIST reproduction of the five papers', '',
+           'Each cell runs `//experiments:fmnist` with its paper\'s protocol '
+           '(`cells.py`) and reports the paper\'s numbers beside ours, from '
+           'real runs only. Regenerate a cell with `bazel run '
+           '//results/fmnist:reproduce -- --cell=<name>` (it skips finished '
+           'runs, resumes an unfinished one from its checkpoint in the same '
+           'checkout, and rewrites the report); `--report_only` rewrites the '
+           'reports from the committed run files. Checkpoints are not '
+           'committed: in a fresh checkout an unfinished run starts again '
+           'from round 1.', '',
+           'Differences every cell shares with TFF: the client optimizer '
+           'state is reset every round; a client\'s data is repeated E times '
+           'and then batched, so a batch can straddle two epochs.', '',
+           '| cell | protocol | runs finished / planned | report |',
+           '|---|---|---|---|']
+  for cell in cells.CELLS.values():
+    planned = len(cell.settings) * len(cell.methods) * len(cell.seeds)
+    finished = sum(
+        _completed_rounds(run_dir(cell, setting, method, seed)) >= cell.rounds
+        for setting in cell.settings for method in cell.methods
+        for seed in cell.seeds)
+    report = os.path.join(cell.name, 'README.md')
+    link = (f'[{report}]({report})'
+            if os.path.exists(os.path.join(base, report)) else 'not run yet')
+    lines.append(f'| {cell.name} | {cell.title} | {finished} / {planned} | '
+                 f'{link} |')
+  path = os.path.join(base, 'README.md')
+  temporary = f'{path}.tmp'
+  with open(temporary, 'w') as f:
+    f.write('\n'.join(lines) + '\n')
+  os.replace(temporary, path)
+  return path
+
+
 def main(argv):
   del argv
   if _CELL.value is None:
@@ -228,6 +265,7 @@ def main(argv):
           run_one(cell, setting, method, seed, rounds)
           write_report(cell)
   print(write_report(cell))
+  print(write_index())
 
 
 if __name__ == '__main__':
