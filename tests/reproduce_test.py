@@ -63,9 +63,11 @@ class ReportTest(absltest.TestCase):
       report = f.read()
     self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 |',
                   report)
-    # Seed 2 of the method: the mean of its 5 rounds, labelled unfinished.
+    # Seed 2 of the method: the mean of its 5 rounds, labelled unfinished,
+    # and its gain against the baseline's same 5 rounds (55.2): gains +3.0
+    # and -5.2.
     self.assertIn('| a | method | 81.50 | 66.50 ± 16.50 (2 seeds) | '
-                  '+1.50 vs base | -14.50 ± 17.50 vs base | '
+                  '+1.50 vs base | -1.10 ± 4.10 vs base | '
                   '12, 5 (unfinished) |', report)
     self.assertIn('Toy deviation.', report)
     self.assertIn('--cell=toy', report)

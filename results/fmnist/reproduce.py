@@ -93,10 +93,19 @@ def _summary(directory: str, protocol_rounds: int):
   if not rounds:
     return None
   done = len(rows)
-  last = [a for r, a in zip(rounds, accuracies) if r > done - _LAST_ROUNDS]
+  window = [r for r in rounds if r > done - _LAST_ROUNDS]
   return collections.OrderedDict(
-      accuracy=100 * float(np.mean(last)), rounds=done,
-      complete=done >= protocol_rounds, curve=(rounds, accuracies))
+      accuracy=_window_accuracy((rounds, accuracies), window), rounds=done,
+      complete=done >= protocol_rounds, window=window,
+      curve=(rounds, accuracies))
+
+
+def _window_accuracy(curve, window):
+  """Mean accuracy (%) of `curve` over the rounds `window`, or None."""
+  by_round = dict(zip(*curve))
+  if not window or any(r not in by_round for r in window):
+    return None
+  return 100 * float(np.mean([by_round[r] for r in window]))
 
 
 def _metric_curve(directory: str, column: str):
@@ -131,7 +140,10 @@ def write_report(cell: cells.Cell) -> str:
            f'accuracy (%) of the last {_LAST_ROUNDS} rounds, mean ± std over '
            'seeds; test split minus the proxy set for every method. '
            f'Protocol: {cell.rounds} rounds, seeds '
-           f'{", ".join(map(str, cell.seeds))}.', '',
+           f'{", ".join(map(str, cell.seeds))}. A run that has not reached '
+           'the protocol\'s rounds is marked unfinished: its number is the '
+           'mean of its last 10 rounds, and its gain is against the '
+           'baseline over the same rounds.', '',
            'Regenerate: `bazel run //results/fmnist:reproduce -- '
            f'--cell={cell.name}` (resumes unfinished runs).', '',
            '| setting | method | paper | ours | paper gain | our gain | '
@@ -173,8 +185,12 @@ def write_report(cell: cells.Cell) -> str:
       baseline = cell.baseline_of(method)
       base_runs = summary[(setting, baseline)]
       common = sorted(set(runs) & set(base_runs))
-      gain = _mean_std([runs[s]['accuracy'] - base_runs[s]['accuracy']
-                        for s in common])
+      # Against the baseline over the same rounds (an unfinished run is
+      # compared with the baseline at the rounds it reached).
+      gains = [(runs[s]['accuracy'],
+                _window_accuracy(base_runs[s]['curve'], runs[s]['window']))
+               for s in common]
+      gain = _mean_std([a - b for a, b in gains if b is not None])
       paper = cell.paper.get((setting, method))
       paper_base = cell.paper.get((setting, baseline))
       paper_gain = (f'{paper - paper_base:+.2f} vs {baseline}'
@@ -202,7 +218,8 @@ def write_report(cell: cells.Cell) -> str:
   os.replace(temporary, path)
   run_files.write_json(os.path.join(base, 'summary.json'), {
       f'{setting}/{method}': {
-          str(seed): {k: v for k, v in r.items() if k != 'curve'}
+          str(seed): {k: v for k, v in r.items()
+                      if k not in ('curve', 'window')}
           for seed, r in runs.items()}
       for (setting, method), runs in summary.items()})
   return path
