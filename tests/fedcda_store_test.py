@@ -60,20 +60,19 @@ class FedCdaStoreTest(parameterized.TestCase):
                      dict(output.metrics['finalizer'])))
     return state, rounds
 
+  # The other switches share these code paths (checked against NumPy in
+  # fedcda_test); two cases keep the suite's time down.
   @parameterized.named_parameters(
       ('eq8', {}),
-      ('later_included', dict(later_batches='included_at_previous_selection')),
-      ('tensorwise_norm', dict(divergence='tensorwise_norm')),
-      ('k1', dict(memory_size=1)),
+      ('tensorwise_norm_later_included',
+       dict(divergence='tensorwise_norm',
+            later_batches='included_at_previous_selection')),
   )
   def test_stores_give_the_in_state_models(self, switches):
     cohorts = _cohorts(6, 4)
     _, want = self._run(self._process(None, **switches), cohorts)
     older = sum(m['older_selected'] for _, m in want)
-    if switches.get('memory_size') == 1:
-      self.assertEqual(older, 0)
-    else:
-      self.assertGreater(older, 1)  # The case exercises selection.
+    self.assertGreater(older, 1)  # The case exercises selection.
     for store in (tff_aggregators.InMemoryHistoryStore(),
                   tff_aggregators.MemmapHistoryStore(
                       self.create_tempdir().full_path)):
