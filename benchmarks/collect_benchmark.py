@@ -5,14 +5,17 @@ r"""Collect-all against TFF's mean: seconds per aggregation, one process.
 
 For each cohort size n and model size D, runs `tff.aggregators.MeanFactory`
 and `CollectAllFactory(max_clients=n)` on the same n client values (one
-float32 [D] tensor each) on the local TFF worker, and reports the median
-seconds of `--repeats` calls after one warm-up call, their ratio, and the
-per-element cost of collect-all (seconds / (n D)), which stays flat when the
-aggregation is O(n D). Client values are built from one random vector per
-client (the driver holds n D floats). Combinations whose collected result
-would exceed `--max_collected_gb` are skipped and reported as such (the
-collected [n, D] tensor leaves the TFF worker as one protocol buffer, at most
-2 GB, and the worker holds several copies of the inputs on the way).
+float32 [D] tensor each) on the local TFF worker. As in a training round,
+the values are made on the clients (`common.random_value` from each
+client's seed) and the aggregate is consumed at the server, which returns
+only a checksum (the mean's element sum; for collect-all the element sum of
+its rows over n), so nothing model-sized crosses the driver and the worker.
+Reports the median seconds of `--repeats` calls after one warm-up call of
+each, the seconds of making and summing the values alone (the part both
+columns share), the ratio, and collect-all's seconds per collected element
+above that shared part, which stays flat when the aggregation is O(n D).
+The two checksums must agree. Combinations above `--max_collected_gb`
+(n D 4 bytes) are skipped and reported.
 Writes `collect_benchmark.json` and `collect_benchmark.md`.
 """
 
@@ -27,9 +30,10 @@ import time
 from absl import app
 from absl import flags
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import experiment
+from benchmarks import common
 from experiments import runtime
 from tff_aggregators.aggregators import collect
 
@@ -42,61 +46,94 @@ _SIZES = flags.DEFINE_list(
 )
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed calls per combination.')
 _MAX_GB = flags.DEFINE_float(
-    'max_collected_gb', 0.5,
-    'Skip combinations with a larger n * D * 4 bytes. Hard limit 2 GB (a TFF '
-    'value travels as one protobuf); in practice the local TFF worker holds '
-    'several copies of the clients\' values (at 10M parameters x 50 clients it '
-    'exceeded 15 GB and was killed on a 24 GB machine).',
+    'max_collected_gb', 4.0,
+    'Skip combinations with a larger n * D * 4 bytes (the worker holds the '
+    'clients\' values, the collected slots and the stacked result: about 3 '
+    'such copies).',
 )
 
 
-def _seconds(process, values, weights, repeats):
-  state = process.initialize()
-  process.next(state, values, weights)  # Warm-up: tracing, worker caches.
-  times = []
-  for _ in range(repeats):
-    started = time.monotonic()
-    output = process.next(state, values, weights)
-    times.append(time.monotonic() - started)
-  return float(np.median(times)), output
+def _calls(value_type):
+  """(values alone, mean, collect-all) computations of the client seeds."""
+  weight_type = tff.TensorType(np.float32)
+  seeds_type = tff.FederatedType(np.int32, tff.CLIENTS)
+
+  @tff.tensorflow.computation(np.int32)
+  def make(seed):
+    return common.random_value(value_type, seed)
+
+  @tff.tensorflow.computation(np.int32)
+  def make_and_sum(seed):
+    return common.checksum(common.random_value(value_type, seed))
+
+  @tff.tensorflow.computation(np.int32)
+  def unit_weight(seed):
+    del seed
+    return tf.constant(1.0)
+
+  @tff.federated_computation(seeds_type)
+  def values_alone(seeds):
+    return tff.federated_map(make_and_sum, seeds)
+
+  def aggregation(factory, consume):
+    process = factory.create(value_type, weight_type)
+
+    @tff.federated_computation(seeds_type)
+    def call(seeds):
+      output = process.next(process.initialize(),
+                            tff.federated_map(make, seeds),
+                            tff.federated_map(unit_weight, seeds))
+      return tff.federated_map(consume, output.result)
+
+    return call
+
+  @tff.tensorflow.computation
+  def mean_checksum(mean):
+    return common.checksum(mean)
+
+  @tff.tensorflow.computation
+  def collected_checksum(collected):
+    n = tf.cast(tf.shape(collected['values'])[0], tf.float64)
+    return common.checksum(collected['values']) / n
+
+  def collect_all(n):
+    return aggregation(collect.CollectAllFactory(n), collected_checksum)
+
+  return (values_alone, aggregation(tff.aggregators.MeanFactory(),
+                                    mean_checksum), collect_all)
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise SystemExit(f'error: unexpected arguments {argv[1:]}')
-  if not _OUTPUT_DIR.value:
-    raise SystemExit('error: --benchmark_output_dir is required.')
-  experiment.quiet_other_info_logs()
-  output_dir = experiment.resolve_path(_OUTPUT_DIR.value)
-  os.makedirs(output_dir, exist_ok=True)
+  output_dir = common.output_dir(argv, _OUTPUT_DIR.value)
   runtime.use_local_worker()
-  rng = np.random.default_rng(0)
   rows = []
   for size in (int(s) for s in _SIZES.value):
-    value_type = tff.types.to_type([tff.TensorType(np.float32, [size])])
-    weight_type = tff.TensorType(np.float32)
-    mean = tff.aggregators.MeanFactory().create(value_type, weight_type)
+    value_type = tff.TensorType(np.float32, [size])
+    values_alone, mean, collect_all = _calls(value_type)
     for n in (int(c) for c in _COHORTS.value):
       row = collections.OrderedDict(clients=n, parameters=size)
       gigabytes = n * size * 4 / 2**30
       if gigabytes > _MAX_GB.value:
-        row['skipped'] = f'collected result {gigabytes:.1f} GB > --max_collected_gb'
+        row['skipped'] = (f'collected result {gigabytes:.1f} GB > '
+                          '--max_collected_gb')
         rows.append(row)
         print(dict(row), flush=True)
         continue
-      values = [[rng.standard_normal(size, dtype=np.float32)] for _ in range(n)]
-      weights = [1.0] * n
-      row['mean_seconds'], _ = _seconds(mean, values, weights, _REPEATS.value)
-      collect_all = collect.CollectAllFactory(n).create(value_type, weight_type)
-      row['collect_seconds'], output = _seconds(
-          collect_all, values, weights, _REPEATS.value
-      )
-      np.testing.assert_array_equal(output.result['values'][-1], values[-1][0])
+      seeds = list(range(n))
+      row['values_seconds'], _ = common.median_seconds(
+          lambda: values_alone(seeds), _REPEATS.value)
+      row['mean_seconds'], mean_sum = common.median_seconds(
+          lambda: mean(seeds), _REPEATS.value)
+      collect_n = collect_all(n)
+      row['collect_seconds'], collect_sum = common.median_seconds(
+          lambda: collect_n(seeds), _REPEATS.value)
+      np.testing.assert_allclose(collect_sum, mean_sum, rtol=1e-4,
+                                 atol=1e-6 * size)
       row['ratio_to_mean'] = row['collect_seconds'] / row['mean_seconds']
-      row['collect_ns_per_element'] = row['collect_seconds'] / (n * size) * 1e9
+      row['collect_ns_per_element'] = (
+          row['collect_seconds'] - row['values_seconds']) / (n * size) * 1e9
       print(dict(row), flush=True)
       rows.append(row)
-      del values, output
   results = collections.OrderedDict(
       date=time.strftime('%Y-%m-%d'), cpus=os.cpu_count(),
       repeats=_REPEATS.value, rows=rows,
@@ -104,17 +141,18 @@ def main(argv):
   with open(os.path.join(output_dir, 'collect_benchmark.json'), 'w') as f:
     json.dump(results, f, indent=2)
   lines = [
-      '| clients n | parameters D | MeanFactory s | CollectAll s | ratio | '
-      'collect ns per element |',
-      '|---|---|---|---|---|---|',
+      '| clients n | parameters D | values alone s | MeanFactory s | '
+      'CollectAll s | ratio | collect ns per element |',
+      '|---|---|---|---|---|---|---|',
   ]
   for r in rows:
     if 'skipped' in r:
-      lines.append(f'| {r["clients"]} | {r["parameters"]:,} | - | - | - | '
+      lines.append(f'| {r["clients"]} | {r["parameters"]:,} | - | - | - | - | '
                    f'skipped: {r["skipped"]} |')
     else:
       lines.append(
-          f'| {r["clients"]} | {r["parameters"]:,} | {r["mean_seconds"]:.3f} '
+          f'| {r["clients"]} | {r["parameters"]:,} | '
+          f'{r["values_seconds"]:.3f} | {r["mean_seconds"]:.3f} '
           f'| {r["collect_seconds"]:.3f} | {r["ratio_to_mean"]:.2f} | '
           f'{r["collect_ns_per_element"]:.2f} |'
       )

@@ -37,8 +37,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from benchmarks import common
 from experiments import data
-from experiments import experiment
 from experiments import partition
 from experiments import registry
 from experiments import runtime
@@ -223,13 +223,7 @@ def _markdown(all_results) -> str:
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise SystemExit(f'error: unexpected arguments {argv[1:]}')
-  if not _OUTPUT_DIR.value:
-    raise SystemExit('error: --benchmark_output_dir is required.')
-  experiment.quiet_other_info_logs()
-  output_dir = experiment.resolve_path(_OUTPUT_DIR.value)
-  os.makedirs(output_dir, exist_ok=True)
+  output_dir = common.output_dir(argv, _OUTPUT_DIR.value)
   aggregators = _AGGREGATORS.value or ['fedavg'] + [
       n for n in registry.names() if n != 'fedavg'
   ] + ['fedcda:fedcda_history=memory']

@@ -7,12 +7,17 @@ For cohorts n and models of D parameters (a Dense layer with D weights and
 biases; FedLAW's proxy set is 100 random inputs of it), each method's
 aggregation process and finalizer, composed from the library's building
 blocks as its `build_<method>_process` composes them, run in one TFF
-computation on n random client updates: seconds per call (median of
-`--repeats` after a warm-up), the ratio to FedAvg's (`MeanFactory` + TFF's
-SGD finalizer) on the same inputs, and the time per collected element. No
-client training: this is what each method adds on the server. Cells whose
-client updates exceed `--max_gb` (n D 4 bytes: they all cross the driver and
-the worker) are skipped and reported; methods that refuse a size say why.
+computation: the n client updates are made on the clients
+(`common.random_value` from each client's seed, client weights 1..n), the
+new model is consumed at the server (only its checksum returns), and the
+aggregator's and finalizer's states go back and forth through the driver as
+in a `LearningProcess`. Reports seconds per call (median of `--repeats`
+after a warm-up; FedCDA after K priming calls, so every client holds K
+models), the ratio to FedAvg's (`MeanFactory` + TFF's SGD finalizer) on the
+same inputs, and the seconds of making the updates alone (shared by every
+column). No client training: this is what each method adds on the server.
+Cells above `--max_gb` (n D 4 bytes) are skipped; methods that refuse a size
+say why (e.g. FedCDA's in-state history above its `max_state_bytes`).
 Writes `<--benchmark_name>.json` and `.md`.
 """
 
@@ -29,7 +34,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import experiment
+from benchmarks import common
 from experiments import run_files
 from experiments import runtime
 from tff_aggregators import value_types
@@ -53,7 +58,7 @@ _METHODS = flags.DEFINE_list(
     'Methods (fedavg first: the ratios are to it).')
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed calls per cell.')
 _MAX_GB = flags.DEFINE_float(
-    'max_gb', 0.5, 'Skip cells whose client updates exceed this (n D 4 B).')
+    'max_gb', 4.0, 'Skip cells whose client updates exceed this (n D 4 B).')
 
 _OUTPUTS = 10
 _PROXY_EXAMPLES = 100
@@ -105,24 +110,61 @@ def _server_parts(method, model_fn, weights_type, update_type, n, inputs):
   raise ValueError(f'Unknown method {method!r}.')
 
 
-def _step(aggregator, finalizer, weights_type):
-  value_type = aggregator.next.type_signature.parameter[1]
+def _update(method, update_type, seed):
+  """In TF: the client's update from its seed (FedCDA's is identified)."""
+  if method != 'fedcda':
+    return common.random_value(update_type, seed)
+  return collections.OrderedDict(
+      delta=common.random_value(update_type['delta'], seed),
+      loss=tf.constant(1.0),
+      client_id=tf.cast(seed, tf.float32))
+
+
+def _step(method, aggregator, finalizer, weights_type, update_type):
+  """(agg state, fin state, weights, seeds) -> (agg state, fin state, sum)."""
+  @tff.tensorflow.computation(np.int32)
+  def make(seed):
+    return _update(method, update_type, seed)
+
+  @tff.tensorflow.computation(np.int32)
+  def client_weight(seed):
+    return tf.cast(seed, tf.float32) + 1.0
+
+  @tff.tensorflow.computation(weights_type)
+  def model_checksum(weights):
+    return common.checksum(weights.trainable)
 
   @tff.federated_computation(
       aggregator.initialize.type_signature.result,
       finalizer.initialize.type_signature.result,
       tff.FederatedType(weights_type, tff.SERVER),
-      value_type,
-      tff.FederatedType(np.float32, tff.CLIENTS),
+      tff.FederatedType(np.int32, tff.CLIENTS),
   )
-  def step(aggregator_state, finalizer_state, weights, values, client_weights):
-    aggregated = aggregator.next(aggregator_state, values, client_weights)
-    return finalizer.next(finalizer_state, weights, aggregated.result).result
+  def step(aggregator_state, finalizer_state, weights, seeds):
+    aggregated = aggregator.next(aggregator_state,
+                                 tff.federated_map(make, seeds),
+                                 tff.federated_map(client_weight, seeds))
+    finalized = finalizer.next(finalizer_state, weights, aggregated.result)
+    return (aggregated.state, finalized.state,
+            tff.federated_map(model_checksum, finalized.result))
 
   return step
 
 
-def _time(method, n, size):
+def _updates_alone(update_type):
+  """Seconds of making the n updates and summing each on its client."""
+  @tff.tensorflow.computation(np.int32)
+  def make_and_sum(seed):
+    return common.checksum(_update('fedavg', update_type, seed))
+
+  @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
+  def updates_alone(seeds):
+    return tff.federated_map(make_and_sum, seeds)
+
+  return updates_alone
+
+
+def _weights_and_types(size):
   inputs = (size - _OUTPUTS) // _OUTPUTS
   model_fn = _model_fn(inputs)
   weights = tf.nest.map_structure(
@@ -131,41 +173,36 @@ def _time(method, n, size):
   weights_type = tff.types.to_type(
       tf.nest.map_structure(lambda x: tff.TensorType(x.dtype, x.shape),
                             weights))
-  rng = np.random.default_rng(0)
-  deltas = [[1e-3 * rng.standard_normal(np.shape(x)).astype(np.float32)
-             for x in weights.trainable] for _ in range(n)]
+  return model_fn, inputs, weights, weights_type
+
+
+def _time(method, n, size):
+  model_fn, inputs, weights, weights_type = _weights_and_types(size)
   update_type = weights_type.trainable
-  values = deltas
   if method == 'fedcda':
     update_type = tff.types.to_type(collections.OrderedDict(
         delta=weights_type.trainable, loss=np.float32, client_id=np.float32))
-    values = [collections.OrderedDict(delta=d, loss=np.float32(1.0),
-                                      client_id=np.float32(i))
-              for i, d in enumerate(deltas)]
   aggregator, finalizer = _server_parts(
       method, model_fn, weights_type, update_type, n, inputs)
-  step = _step(aggregator, finalizer, weights_type)
-  arguments = (aggregator.initialize(), finalizer.initialize(), weights,
-               values, [1.0 + i for i in range(n)])
-  step(*arguments)  # Warm-up: tracing, worker caches.
-  times = []
-  for _ in range(_REPEATS.value):
-    started = time.monotonic()
-    step(*arguments)
-    times.append(time.monotonic() - started)
-  return float(np.median(times)), sum(
-      value_types.num_elements(t)
-      for t in value_types.leaf_types(weights_type.trainable))
+  step = _step(method, aggregator, finalizer, weights_type, update_type)
+  seeds = list(range(n))
+  states = [aggregator.initialize(), finalizer.initialize()]
+
+  def call():
+    states[0], states[1], total = step(states[0], states[1], weights, seeds)
+    if not np.isfinite(total):
+      raise FloatingPointError(f'{method}: non-finite model at n={n}, D={size}')
+    return total
+
+  if method == 'fedcda':
+    for _ in range(fedcda.FedCdaOptions().memory_size):
+      call()
+  seconds, _ = common.median_seconds(call, _REPEATS.value)
+  return seconds
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise SystemExit(f'error: unexpected arguments {argv[1:]}')
-  if not _OUTPUT_DIR.value:
-    raise SystemExit('error: --benchmark_output_dir is required.')
-  experiment.quiet_other_info_logs()
-  output_dir = experiment.resolve_path(_OUTPUT_DIR.value)
-  os.makedirs(output_dir, exist_ok=True)
+  output_dir = common.output_dir(argv, _OUTPUT_DIR.value)
   runtime.use_local_worker()
   rows = []
   for size in (int(s) for s in _SIZES.value):
@@ -175,11 +212,16 @@ def main(argv):
       if gigabytes > _MAX_GB.value:
         row['skipped'] = f'client updates {gigabytes:.1f} GB > --max_gb'
       else:
+        _, _, _, weights_type = _weights_and_types(size)
+        row['parameters'] = sum(
+            value_types.num_elements(t)
+            for t in value_types.leaf_types(weights_type.trainable))
+        updates_alone = _updates_alone(weights_type.trainable)
+        row['updates_alone'], _ = common.median_seconds(
+            lambda: updates_alone(list(range(n))), _REPEATS.value)
         for method in _METHODS.value:
           try:
-            seconds, d = _time(method, n, size)
-            row[method] = seconds
-            row['parameters'] = d
+            row[method] = _time(method, n, size)
           except ValueError as e:  # A method refusing the size.
             row[method] = f'refused: {e}'
       print(dict(row), flush=True)
@@ -190,11 +232,12 @@ def main(argv):
   run_files.write_json(
       os.path.join(output_dir, f'{_NAME.value}.json'), results)
   methods = _METHODS.value
-  lines = ['| clients | parameters | ' + ' | '.join(
+  lines = ['| clients | parameters | updates alone s | ' + ' | '.join(
       f'{m} s (x FedAvg)' for m in methods) + ' |',
-           '|---|---|' + '---|' * len(methods)]
+           '|---|---|---|' + '---|' * len(methods)]
   for r in rows:
-    cells = []
+    alone = r.get('updates_alone')
+    cells = [f'{alone:.3f}' if alone is not None else '-']
     for m in methods:
       value = r.get(m, r.get('skipped', ''))
       if isinstance(value, float):

@@ -404,8 +404,6 @@ def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
         local_epochs=inputs.local_epochs,
         max_state_bytes=FEDCDA_MAX_STATE_MB.value * 2**20,
     )
-  except ValueError as e:
-    if 'max_state_bytes' not in str(e):
-      raise
+  except fedcda.HistoryTooLargeError as e:
     raise ValueError(f'{e} In the experiment binaries: --fedcda_history='
                      'memory or --fedcda_history=disk.') from e

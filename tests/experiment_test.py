@@ -72,6 +72,17 @@ class RegistryTest(absltest.TestCase):
         fedprox.next.type_signature.parameter.state.member.client_work,
     )
 
+  def test_fedcda_history_too_large_for_the_state_names_the_flags(self):
+    inputs = registry.ProcessInputs(
+        model_fn=test_utils.tiny_model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+        server_optimizer='sgd', clients_per_round=2, num_clients=10**7)
+    with self.assertRaisesRegex(
+        ValueError, r'max_state_bytes.*--fedcda_history=memory or '
+        r'--fedcda_history=disk'):
+      registry.build_process('fedcda', inputs)
+
 
 class PathTest(absltest.TestCase):
 

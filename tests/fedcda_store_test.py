@@ -28,10 +28,6 @@ def _cohorts(rounds, size, seed=0):
           for _ in range(rounds)]
 
 
-def _flat(weights):
-  return np.concatenate([np.ravel(x) for x in weights.trainable])
-
-
 class FedCdaStoreTest(parameterized.TestCase):
 
   def setUp(self):
@@ -56,7 +52,8 @@ class FedCdaStoreTest(parameterized.TestCase):
       output = process.next(state, identified.with_client_ids(
           [self.datasets[i] for i in ids], ids))
       state = output.state
-      rounds.append((_flat(process.get_model_weights(state)),
+      weights = process.get_model_weights(state)
+      rounds.append((test_utils.flat_trainable(weights),
                      dict(output.metrics['finalizer'])))
     return state, rounds
 

@@ -47,10 +47,6 @@ def _cohorts(rounds, size, seed=0):
           for _ in range(rounds)]
 
 
-def _flat(weights):
-  return np.concatenate([np.ravel(x) for x in weights.trainable])
-
-
 class FedCdaTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
@@ -82,14 +78,15 @@ class FedCdaTest(parameterized.TestCase):
       deltas, sizes, losses = test_utils.client_results(
           test_utils.tiny_model_fn, _OPTIMIZER, weights,
           [datasets[i] for i in ids])
-      w = _flat(weights).astype(np.float64)
+      w = test_utils.flat_trainable(weights).astype(np.float64)
       models = [w - np.concatenate([np.ravel(x) for x in d]) for d in deltas]
       want = reference.step(t, ids, models, losses, sizes)
       output = process.next(
           state, identified.with_client_ids([datasets[i] for i in ids], ids))
       state = output.state
-      np.testing.assert_allclose(_flat(process.get_model_weights(state)),
-                                 want, rtol=1e-5, atol=1e-6)
+      np.testing.assert_allclose(
+          test_utils.flat_trainable(process.get_model_weights(state)), want,
+          rtol=1e-5, atol=1e-6)
       got = output.metrics['finalizer']
       self.assertEqual(got['older_selected'], reference.older_selected)
       np.testing.assert_allclose(
@@ -113,7 +110,7 @@ class FedCdaTest(parameterized.TestCase):
         ids = ids[::-1] if reverse else ids
         state = process.next(state, identified.with_client_ids(
             [datasets[i] for i in ids], ids)).state
-      finals.append(_flat(process.get_model_weights(state)))
+      finals.append(test_utils.flat_trainable(process.get_model_weights(state)))
     np.testing.assert_allclose(finals[0], finals[1], rtol=1e-6, atol=1e-7)
 
   def test_memory_one_always_selects_the_newest(self):
@@ -145,8 +142,9 @@ class FedCdaTest(parameterized.TestCase):
           cda_state, identified.with_client_ids(cohort, ids)).state
       fedavg_state = fedavg.next(fedavg_state, cohort).state
     np.testing.assert_allclose(
-        _flat(cda.get_model_weights(cda_state)),
-        _flat(fedavg.get_model_weights(fedavg_state)), rtol=1e-5, atol=1e-6)
+        test_utils.flat_trainable(cda.get_model_weights(cda_state)),
+        test_utils.flat_trainable(fedavg.get_model_weights(fedavg_state)),
+        rtol=1e-5, atol=1e-6)
 
   def test_unseen_clients_are_not_averaged_and_empty_clients_skipped(self):
     datasets = test_utils.tiny_client_datasets(_POPULATION)
@@ -197,8 +195,9 @@ class FedCdaTest(parameterized.TestCase):
     self.assertEqual(version, 2)
     for ids in cohorts[2:]:
       loaded = run(loaded, ids)
-    np.testing.assert_array_equal(_flat(process.get_model_weights(loaded)),
-                                  _flat(process.get_model_weights(state)))
+    np.testing.assert_array_equal(
+        test_utils.flat_trainable(process.get_model_weights(loaded)),
+        test_utils.flat_trainable(process.get_model_weights(state)))
 
   def test_refuses_a_history_above_the_bound(self):
     with self.assertRaisesRegex(ValueError, r'MiB of history.*max_state_bytes'):

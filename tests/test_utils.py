@@ -242,6 +242,11 @@ def tiny_client_datasets(num_clients: int, seed: int = 0) -> list:
   return datasets
 
 
+def flat_trainable(weights) -> np.ndarray:
+  """A `ModelWeights`' trainable tensors as one flat vector."""
+  return np.concatenate([np.ravel(x) for x in weights.trainable])
+
+
 _SINGLE_CLIENT_FEDAVG = {}
 
 

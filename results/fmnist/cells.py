@@ -140,9 +140,9 @@ FEDCDA = Cell(
         '530 MB) is kept in the driver (--fedcda_history=memory), which '
         'computes the same models as the in-state version.',
         'Cost: 200 rounds x 4 clients x 20 epochs x ~3,000 examples = 48M '
-        'example steps of a 1.66M-parameter CNN per run, about a day on '
-        'this 2-core machine; runs below 200 rounds are reported as '
-        'reduced.',
+        'example steps of a 1.66M-parameter CNN per run, estimated (not '
+        'measured) at about a day on this 2-core machine; runs below 200 '
+        'rounds are reported as unfinished.',
     ),
 )
 

@@ -36,7 +36,7 @@ _SEEDS = flags.DEFINE_list('seeds', None, 'Seeds (default: the cell\'s).')
 _ROUNDS = flags.DEFINE_integer(
     'rounds', None,
     'Stop at this many rounds (default: the protocol\'s); the report labels '
-    'a run below the protocol\'s rounds as reduced.')
+    'a run below the protocol\'s rounds as unfinished.')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only the report.')
 _ROOT = flags.DEFINE_string(
     'root', None,

@@ -67,6 +67,10 @@ WARMUP_AGGREGATIONS = ('fedavg', 'all_seen_newest')
 BATCH_PARAMS = ('num_batches', 'clients_per_batch')
 
 
+class HistoryTooLargeError(ValueError):
+  """The in-state history would exceed `max_state_bytes`."""
+
+
 @dataclasses.dataclass(frozen=True)
 class FedCdaOptions:
   """FedCDA's settings (spec section 3 defaults; switches of spec 4.3).
@@ -470,7 +474,8 @@ def build_fedcda_finalizer(
     `warmup` (1 in warm-up rounds).
 
   Raises:
-    ValueError: On bad arguments or a history above `max_state_bytes`.
+    ValueError: On bad arguments.
+    HistoryTooLargeError: A history above `max_state_bytes` (a ValueError).
   """
   if int(num_clients) < 1 or int(max_clients) < 1:
     raise ValueError('FedCDA num_clients and max_clients must be >= 1, got '
@@ -481,7 +486,7 @@ def build_fedcda_finalizer(
   n, k = num_clients, options.memory_size
   state_bytes = n * k * size * 4
   if state_bytes > max_state_bytes:
-    raise ValueError(
+    raise HistoryTooLargeError(
         f'FedCDA keeps {n} clients x {k} models x {size:,} '
         f'parameters = {state_bytes / 2**20:,.0f} MiB of history in its TFF '
         f'state, above max_state_bytes={max_state_bytes / 2**20:,.0f} MiB '
