@@ -8,14 +8,15 @@ and `CollectAllFactory(max_clients=n)` on the same n client values (one
 float32 [D] tensor each) on the local TFF worker. As in a training round,
 the values are made on the clients (`common.random_value` from each
 client's seed) and the aggregate is consumed at the server, which returns
-only a checksum (the mean's element sum; for collect-all the element sum of
-its rows over n), so nothing model-sized crosses the driver and the worker.
+only a checksum (the sum of squares of the mean; for collect-all, of its
+row mean), so nothing model-sized crosses the driver and the worker.
 Reports the median seconds of `--repeats` calls after one warm-up call of
 each, the seconds of making and summing the values alone (the part both
 columns share), the ratio, and collect-all's seconds per collected element
 above that shared part, which stays flat when the aggregation is O(n D).
-The two checksums must agree. Combinations above `--max_collected_gb`
-(n D 4 bytes) are skipped and reported.
+The two checksums must agree. Each measurement runs on a local worker
+started for it, whose peak resident memory is reported. Combinations above
+`--max_collected_gb` (n D 4 bytes) are skipped and reported.
 Writes `collect_benchmark.json` and `collect_benchmark.md`.
 """
 
@@ -34,7 +35,6 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from benchmarks import common
-from experiments import runtime
 from tff_aggregators.aggregators import collect
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -93,8 +93,7 @@ def _calls(value_type):
 
   @tff.tensorflow.computation
   def collected_checksum(collected):
-    n = tf.cast(tf.shape(collected['values'])[0], tf.float64)
-    return common.checksum(collected['values']) / n
+    return common.checksum(tf.reduce_mean(collected['values'], axis=0))
 
   def collect_all(n):
     return aggregation(collect.CollectAllFactory(n), collected_checksum)
@@ -105,7 +104,6 @@ def _calls(value_type):
 
 def main(argv):
   output_dir = common.output_dir(argv, _OUTPUT_DIR.value)
-  runtime.use_local_worker()
   rows = []
   for size in (int(s) for s in _SIZES.value):
     value_type = tff.TensorType(np.float32, [size])
@@ -120,15 +118,14 @@ def main(argv):
         print(dict(row), flush=True)
         continue
       seeds = list(range(n))
-      row['values_seconds'], _ = common.median_seconds(
-          lambda: values_alone(seeds), _REPEATS.value)
-      row['mean_seconds'], mean_sum = common.median_seconds(
-          lambda: mean(seeds), _REPEATS.value)
-      collect_n = collect_all(n)
-      row['collect_seconds'], collect_sum = common.median_seconds(
-          lambda: collect_n(seeds), _REPEATS.value)
-      np.testing.assert_allclose(collect_sum, mean_sum, rtol=1e-4,
-                                 atol=1e-6 * size)
+      timed = lambda call: common.on_fresh_worker(
+          lambda: common.median_seconds(lambda: call(seeds), _REPEATS.value))
+      (row['values_seconds'], _), row['values_worker_mb'] = timed(
+          values_alone)
+      (row['mean_seconds'], mean_sum), row['mean_worker_mb'] = timed(mean)
+      (row['collect_seconds'], collect_sum), row['collect_worker_mb'] = timed(
+          collect_all(n))
+      np.testing.assert_allclose(collect_sum, mean_sum, rtol=1e-5)
       row['ratio_to_mean'] = row['collect_seconds'] / row['mean_seconds']
       row['collect_ns_per_element'] = (
           row['collect_seconds'] - row['values_seconds']) / (n * size) * 1e9
@@ -142,19 +139,22 @@ def main(argv):
     json.dump(results, f, indent=2)
   lines = [
       '| clients n | parameters D | values alone s | MeanFactory s | '
-      'CollectAll s | ratio | collect ns per element |',
-      '|---|---|---|---|---|---|---|',
+      'CollectAll s | ratio | collect ns per element | worker peak MB '
+      '(values alone / mean / collect) |',
+      '|---|---|---|---|---|---|---|---|',
   ]
   for r in rows:
     if 'skipped' in r:
       lines.append(f'| {r["clients"]} | {r["parameters"]:,} | - | - | - | - | '
-                   f'skipped: {r["skipped"]} |')
+                   f'- | skipped: {r["skipped"]} |')
     else:
       lines.append(
           f'| {r["clients"]} | {r["parameters"]:,} | '
           f'{r["values_seconds"]:.3f} | {r["mean_seconds"]:.3f} '
           f'| {r["collect_seconds"]:.3f} | {r["ratio_to_mean"]:.2f} | '
-          f'{r["collect_ns_per_element"]:.2f} |'
+          f'{r["collect_ns_per_element"]:.2f} | '
+          f'{r["values_worker_mb"]:.0f} / {r["mean_worker_mb"]:.0f} / '
+          f'{r["collect_worker_mb"]:.0f} |'
       )
   with open(os.path.join(output_dir, 'collect_benchmark.md'), 'w') as f:
     f.write('\n'.join(lines) + '\n')

@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from experiments import experiment
+from experiments import runtime
 from tff_aggregators import value_types
 
 
@@ -23,15 +24,58 @@ def output_dir(argv: Sequence[str], flag_value: str) -> str:
   return path
 
 
-def median_seconds(call: Callable[[], object], repeats: int):
-  """(median seconds of `repeats` calls after a warm-up call, last result)."""
+def median_seconds(call: Callable[[], object], repeats: int,
+                   budget_seconds: float | None = None):
+  """(median seconds of the timed calls, last result), after a warm-up call.
+
+  Times `repeats` calls, or fewer (at least one) once `budget_seconds` of
+  timed calls have passed.
+  """
   result = call()  # Warm-up: tracing, worker caches.
   times = []
-  for _ in range(repeats):
+  while len(times) < repeats and (
+      not times or budget_seconds is None or sum(times) < budget_seconds):
     started = time.monotonic()
     result = call()
     times.append(time.monotonic() - started)
   return float(np.median(times)), result
+
+
+def peak_rss_mb(pid: int) -> float:
+  """A process's peak resident memory (VmHWM) in MB."""
+  with open(f'/proc/{pid}/status') as f:
+    for line in f:
+      if line.startswith('VmHWM:'):
+        return int(line.split()[1]) / 1024
+  return float('nan')
+
+
+class WorkerDiedError(RuntimeError):
+  """The worker of a measurement died (killed by the kernel: out of memory)."""
+
+
+def on_fresh_worker(measure: Callable[[], object]):
+  """(measure(), the peak MB of a local worker started for it alone).
+
+  The worker is stopped afterwards, so each measurement's peak is its own
+  (a worker's allocator keeps what earlier computations freed).
+
+  Raises:
+    WorkerDiedError: If the worker died during the measurement.
+  """
+  worker = runtime.use_local_worker()
+  try:
+    try:
+      result = measure()
+    except Exception as e:  # pylint: disable=broad-except
+      if worker.poll() is None:
+        raise
+      raise WorkerDiedError(
+          f'the worker died (exit status {worker.poll()}; out of memory?)'
+      ) from e
+    return result, peak_rss_mb(worker.pid)
+  finally:
+    worker.stop()
 
 
 def random_value(value_type, seed: tf.Tensor, scale: float = 1e-3):
@@ -52,6 +96,10 @@ def random_value(value_type, seed: tf.Tensor, scale: float = 1e-3):
 
 
 def checksum(value) -> tf.Tensor:
-  """In TF code: the float64 sum of every element of a structure."""
-  return tf.add_n([tf.reduce_sum(tf.cast(x, tf.float64))
+  """In TF code: the float64 sum of squares of every element of a structure.
+
+  Casts each leaf to float64 (twice its size): use it on model-sized values,
+  not on collected [n, D] ones (reduce those over the clients first).
+  """
+  return tf.add_n([tf.reduce_sum(tf.square(tf.cast(x, tf.float64)))
                    for x in tf.nest.flatten(value)])

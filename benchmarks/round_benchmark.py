@@ -96,14 +96,6 @@ def _fashion_mnist_task(*, num_clients, examples_per_client, model, alpha,
   return task, proxy_data
 
 
-def _peak_rss_mb(pid: int) -> float:
-  with open(f'/proc/{pid}/status') as f:
-    for line in f:
-      if line.startswith('VmHWM:'):
-        return int(line.split()[1]) / 1024
-  return float('nan')
-
-
 def _method_flags(name: str) -> tuple[str, dict[str, str]]:
   """`fedcda:fedcda_history=memory` -> ('fedcda', {'fedcda_history': ...})."""
   method, *settings = name.split(':')
@@ -156,7 +148,7 @@ def _train(method, task, proxy_data, *, clients_per_round, num_workers):
   result = collections.OrderedDict(
       median_round_seconds=float(np.median(seconds[_WARMUP.value:])),
       round_seconds=seconds,
-      worker_peak_rss_mb=[_peak_rss_mb(w.pid) for w in workers],
+      worker_peak_rss_mb=[common.peak_rss_mb(w.pid) for w in workers],
       driver_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
       / 1024,
   )

@@ -158,7 +158,11 @@ def _executor_factory(stub, address: str):
           'last checkpoint.'
       )
     cardinalities.setdefault(tff.CLIENTS, 0)
-    executor = tff.framework.RemoteExecutor(stub)
+    # Each result is released in the worker as soon as the driver drops it.
+    # (TFF's default batches 20 releases, and a released result frees the
+    # values its computation made: with collect-all, up to 20 rounds of every
+    # client's model stayed in the worker.)
+    executor = tff.framework.RemoteExecutor(stub, dispose_batch_size=1)
     executor.set_cardinalities(cardinalities)
     return executor
 
