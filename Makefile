@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo test clean
+.PHONY: setup demo test benchmarks clean
 
 setup:
 	@tools/setup.sh
@@ -14,6 +14,12 @@ demo: setup
 
 test: setup
 	bazel test //...
+
+# Every table of benchmarks/README.md (about 1.5 hours on 2 cores).
+benchmarks: setup
+	bazel run //benchmarks:collect_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
+	bazel run //benchmarks:round_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
+	bazel run //benchmarks:server_step_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
 
 clean:
 	bazel clean
