@@ -24,7 +24,6 @@ import experiments  # pylint: disable=unused-import,g-bad-import-order
 # (Sets TensorFlow's C++ log level before TensorFlow loads.)
 
 import collections
-import json
 import os
 import time
 
@@ -35,6 +34,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from benchmarks import common
+from experiments import run_files
 from tff_aggregators.aggregators import collect
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -135,8 +135,8 @@ def main(argv):
       date=time.strftime('%Y-%m-%d'), cpus=os.cpu_count(),
       repeats=_REPEATS.value, rows=rows,
   )
-  with open(os.path.join(output_dir, 'collect_benchmark.json'), 'w') as f:
-    json.dump(results, f, indent=2)
+  run_files.write_json(os.path.join(output_dir, 'collect_benchmark.json'),
+                       results)
   lines = [
       '| clients n | parameters D | values alone s | MeanFactory s | '
       'CollectAll s | ratio | collect ns per element | worker peak MB '
@@ -156,8 +156,8 @@ def main(argv):
           f'{r["values_worker_mb"]:.0f} / {r["mean_worker_mb"]:.0f} / '
           f'{r["collect_worker_mb"]:.0f} |'
       )
-  with open(os.path.join(output_dir, 'collect_benchmark.md'), 'w') as f:
-    f.write('\n'.join(lines) + '\n')
+  run_files.write_text(os.path.join(output_dir, 'collect_benchmark.md'),
+                       '\n'.join(lines) + '\n')
   print('\n'.join(lines))
 
 

@@ -41,15 +41,6 @@ def median_seconds(call: Callable[[], object], repeats: int,
   return float(np.median(times)), result
 
 
-def peak_rss_mb(pid: int) -> float:
-  """A process's peak resident memory (VmHWM) in MB."""
-  with open(f'/proc/{pid}/status') as f:
-    for line in f:
-      if line.startswith('VmHWM:'):
-        return int(line.split()[1]) / 1024
-  return float('nan')
-
-
 class WorkerDiedError(RuntimeError):
   """The worker of a measurement died (killed by the kernel: out of memory)."""
 
@@ -73,7 +64,7 @@ def on_fresh_worker(measure: Callable[[], object]):
       raise WorkerDiedError(
           f'the worker died (exit status {worker.poll()}; out of memory?)'
       ) from e
-    return result, peak_rss_mb(worker.pid)
+    return result, worker.memory_mb()
   finally:
     worker.stop()
 

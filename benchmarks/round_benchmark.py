@@ -41,6 +41,7 @@ from benchmarks import common
 from experiments import data
 from experiments import partition
 from experiments import registry
+from experiments import run_files
 from experiments import runtime
 from experiments import tasks
 from experiments import training
@@ -148,7 +149,7 @@ def _train(method, task, proxy_data, *, clients_per_round, num_workers):
   result = collections.OrderedDict(
       median_round_seconds=float(np.median(seconds[_WARMUP.value:])),
       round_seconds=seconds,
-      worker_peak_rss_mb=[common.peak_rss_mb(w.pid) for w in workers],
+      worker_peak_rss_mb=[w.memory_mb() for w in workers],
       driver_peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
       / 1024,
   )
@@ -237,10 +238,10 @@ def main(argv):
       ),
   )
   all_results['total_seconds'] = time.time() - started
-  training.write_json(os.path.join(output_dir, f'{_NAME.value}.json'),
-                      all_results)
-  with open(os.path.join(output_dir, f'{_NAME.value}.md'), 'w') as f:
-    f.write(_markdown(all_results))
+  run_files.write_json(os.path.join(output_dir, f'{_NAME.value}.json'),
+                       all_results)
+  run_files.write_text(os.path.join(output_dir, f'{_NAME.value}.md'),
+                       _markdown(all_results))
   logging.info('\n%s', _markdown(all_results))
 
 

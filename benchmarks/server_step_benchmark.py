@@ -283,10 +283,8 @@ def _write_results(output_dir, rows):
         cells.append(str(value)[:60])
     lines.append(f'| {r["clients"]} | {r["parameters"]:,} | '
                  + ' | '.join(cells) + ' |')
-  markdown = os.path.join(output_dir, f'{_NAME.value}.md')
-  with open(f'{markdown}.tmp', 'w') as f:
-    f.write('\n'.join(lines) + '\n')
-  os.replace(f'{markdown}.tmp', markdown)
+  run_files.write_text(os.path.join(output_dir, f'{_NAME.value}.md'),
+                       '\n'.join(lines) + '\n')
 
 
 

@@ -15,13 +15,17 @@ METRICS_CSV = 'metrics.csv'
 SUMMARY_JSON = 'summary.json'
 
 
-def write_json(path: str, value: Any) -> None:
-  """Writes `value` as JSON through a temporary file renamed into place."""
+def write_text(path: str, text: str) -> None:
+  """Writes `text` through a temporary file renamed into place."""
   temporary = f'{path}.tmp{os.getpid()}'
   with open(temporary, 'w') as f:
-    json.dump(value, f, indent=2, default=_to_builtin)
-    f.write('\n')
+    f.write(text)
   os.replace(temporary, path)
+
+
+def write_json(path: str, value: Any) -> None:
+  """Writes `value` as JSON, never half-written (see `write_text`)."""
+  write_text(path, json.dumps(value, indent=2, default=_to_builtin) + '\n')
 
 
 def _to_builtin(value):

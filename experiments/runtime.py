@@ -110,6 +110,18 @@ class WorkerProcess:
     """Returns the exit code, or None while the worker runs."""
     return self._process.poll()
 
+  def memory_mb(self, field: str = 'VmHWM') -> float:
+    """The worker's memory in MB from `/proc/<pid>/status` (Linux).
+
+    Args:
+      field: `VmHWM` (peak resident, the default) or `VmRSS` (resident now).
+    """
+    with open(f'/proc/{self.pid}/status') as f:
+      for line in f:
+        if line.startswith(f'{field}:'):
+          return int(line.split()[1]) / 1024  # The file gives kB.
+    raise ValueError(f'No {field} in /proc/{self.pid}/status.')
+
   def stop(self, timeout: float = 5.0) -> None:
     """Stops the worker: SIGINT, then SIGKILL after `timeout` seconds."""
     if self._process.poll() is not None:

@@ -22,11 +22,12 @@ _CELL = cells.Cell(
     baseline='base',
     paper={('a', 'base'): 80.0, ('a', 'method'): 81.5},
     deviations=('Toy deviation.',),
+    discussion=('Toy discussion.',),
     plotted_metrics=('train/finalizer/high_fraction',),
 )
 
 
-def _write_run(directory, accuracies, high_fraction=None):
+def _write_run(directory, accuracies, high_fraction=None, seconds=1.0):
   os.makedirs(directory)
   with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
     names = ['key', 'round_seconds', 'test/sparse_categorical_accuracy',
@@ -35,7 +36,7 @@ def _write_run(directory, accuracies, high_fraction=None):
     writer.writeheader()
     for i, accuracy in enumerate(accuracies, start=1):
       writer.writerow({
-          'key': i, 'round_seconds': 1.0,
+          'key': i, 'round_seconds': seconds,
           'test/sparse_categorical_accuracy': accuracy,
           'train/finalizer/high_fraction':
               high_fraction and f'[{high_fraction}, {high_fraction / 2}]'})
@@ -49,20 +50,25 @@ class ReportTest(absltest.TestCase):
       # Base: rounds 3-12 at 0.80 (seed 1) and 0.82 (seed 2).
       for seed, level in ((1, 0.80), (2, 0.82)):
         _write_run(reproduce.run_dir(_CELL, 'a', 'base', seed),
-                   [0.1, 0.2] + [level] * 10)
+                   [0.1, 0.2] + [level] * 10, seconds=300.0 * seed)
       # Method: seed 1 complete at 0.83; seed 2 stopped after 5 rounds.
       _write_run(reproduce.run_dir(_CELL, 'a', 'method', 1),
                  [0.1, 0.2] + [0.83] * 10, high_fraction=0.3)
       _write_run(reproduce.run_dir(_CELL, 'a', 'method', 2),
                  [0.5] * 5, high_fraction=0.2)
       path = reproduce.write_report(_CELL)
-      index = reproduce.write_index()
-    with open(index) as f:
-      self.assertIn('| fedlaw |', f.read())
+      with open(reproduce.write_index()) as f:
+        self.assertIn('| fedlaw |', f.read())
+      toy_index = reproduce.write_index((_CELL,))
+    # Hours per run: 12 rounds x the median round time (base: 300 and 600 s;
+    # method: 1 s); finished runs: both of base, seed 1 of method.
+    with open(toy_index) as f:
+      self.assertIn('| toy | Toy cell | 3 / 4 | base 1.5, method 0.0 |',
+                    f.read())
     with open(path) as f:
       report = f.read()
-    self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 |',
-                  report)
+    self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 | '
+                  '300.0, 600.0 |', report)
     # Seed 2 of the method: the mean of its 5 rounds, labelled unfinished,
     # and its gain against the baseline's same 5 rounds (55.2): gains +3.0
     # and -5.2.
@@ -70,6 +76,7 @@ class ReportTest(absltest.TestCase):
                   '+1.50 vs base | -1.10 ± 4.10 vs base | '
                   '12, 5 (unfinished) |', report)
     self.assertIn('Toy deviation.', report)
+    self.assertIn('Toy discussion.', report)
     self.assertIn('--cell=toy', report)
     base = os.path.dirname(path)
     self.assertTrue(os.path.exists(os.path.join(base, 'a.png')))

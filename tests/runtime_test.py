@@ -137,10 +137,16 @@ class RuntimeTest(absltest.TestCase):
     resident = []
     for _ in range(6):
       call(list(range(clients)))
-      with open(f'/proc/{worker.pid}/status') as f:
-        resident.append(next(int(line.split()[1]) / 1024 for line in f
-                             if line.startswith('VmRSS:')))
+      resident.append(worker.memory_mb('VmRSS'))
     self.assertLess(resident[-1] - resident[0], 300, f'worker MB: {resident}')
+
+  def test_worker_memory_reads_peak_and_resident(self):
+    worker = runtime.use_local_worker()
+    resident = worker.memory_mb('VmRSS')
+    self.assertGreater(resident, 1)
+    self.assertGreaterEqual(worker.memory_mb(), resident)
+    with self.assertRaisesRegex(ValueError, 'NoSuchField'):
+      worker.memory_mb('NoSuchField')
 
   def test_unreachable_worker_error_names_the_address(self):
     with self.assertRaisesRegex(TimeoutError, '127.0.0.1:1'):

@@ -94,10 +94,12 @@ def _summary(directory: str, protocol_rounds: int):
     return None
   done = len(rows)
   window = [r for r in rounds if r > done - _LAST_ROUNDS]
+  seconds = [float(r['round_seconds']) for r in rows if r.get('round_seconds')]
   return collections.OrderedDict(
       accuracy=_window_accuracy((rounds, accuracies), window), rounds=done,
-      complete=done >= protocol_rounds, window=window,
-      curve=(rounds, accuracies))
+      complete=done >= protocol_rounds,
+      round_seconds=float(np.median(seconds)) if seconds else None,
+      window=window, curve=(rounds, accuracies))
 
 
 def _window_accuracy(curve, window):
@@ -147,8 +149,8 @@ def write_report(cell: cells.Cell) -> str:
            'Regenerate: `bazel run //results/fmnist:reproduce -- '
            f'--cell={cell.name}` (resumes unfinished runs).', '',
            '| setting | method | paper | ours | paper gain | our gain | '
-           'rounds run (per seed) |',
-           '|---|---|---|---|---|---|---|']
+           'rounds run (per seed) | median s / round |',
+           '|---|---|---|---|---|---|---|---|']
   summary = {}
   for setting in cell.settings:
     curves = {}
@@ -201,21 +203,24 @@ def write_report(cell: cells.Cell) -> str:
       rounds = ', '.join(
           f'{r["rounds"]}' + ('' if r['complete'] else ' (unfinished)')
           for _, r in sorted(runs.items())) or '-'
+      seconds = ', '.join(f'{r["round_seconds"]:.1f}'
+                          for _, r in sorted(runs.items())
+                          if r['round_seconds'] is not None) or '-'
       lines.append(
           f'| {setting} | {method} | '
           f'{"" if paper is None else f"{paper:.2f}"} | {_format(ours)} | '
-          f'{paper_gain} | {our_gain} | {rounds} |')
+          f'{paper_gain} | {our_gain} | {rounds} | {seconds} |')
   lines += ['', 'Curves (first seed of each method): ' + ', '.join(
       f'[{name}]({name})' for name in sorted(os.listdir(base))
       if name.endswith('.png')), '']
   if cell.deviations:
     lines += ['Differences from the paper\'s protocol:', '']
     lines += [f'- {d}' for d in cell.deviations] + ['']
+  if cell.discussion:
+    lines += ['Discussion of the runs so far:', '']
+    lines += [f'- {d}' for d in cell.discussion] + ['']
   path = os.path.join(base, 'README.md')
-  temporary = f'{path}.tmp'
-  with open(temporary, 'w') as f:
-    f.write('\n'.join(lines))
-  os.replace(temporary, path)
+  run_files.write_text(path, '\n'.join(lines))
   run_files.write_json(os.path.join(base, 'summary.json'), {
       f'{setting}/{method}': {
           str(seed): {k: v for k, v in r.items()
@@ -225,7 +230,7 @@ def write_report(cell: cells.Cell) -> str:
   return path
 
 
-def write_index() -> str:
+def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
   """Writes `results/fmnist/README.md`: every cell, its runs and status."""
   base = os.path.join(_root(), 'results', 'fmnist')
   lines = ['# Fashion-MNIST reproduction of the five papers', '',
@@ -241,24 +246,36 @@ def write_index() -> str:
            'Differences every cell shares with TFF: the client optimizer '
            'state is reset every round; a client\'s data is repeated E times '
            'and then batched, so a batch can straddle two epochs.', '',
-           '| cell | protocol | runs finished / planned | report |',
-           '|---|---|---|---|']
-  for cell in cells.CELLS.values():
+           'Hours per run: the protocol\'s rounds times the median round '
+           'time measured so far on this 2-core machine (per method, over '
+           'the runs that exist; a round\'s training only, evaluation and '
+           'checkpoints add to it).', '',
+           '| cell | protocol | runs finished / planned | hours per run '
+           '(measured) | report |',
+           '|---|---|---|---|---|']
+  for cell in all_cells:
     planned = len(cell.settings) * len(cell.methods) * len(cell.seeds)
-    finished = sum(
-        _completed_rounds(run_dir(cell, setting, method, seed)) >= cell.rounds
-        for setting in cell.settings for method in cell.methods
-        for seed in cell.seeds)
+    finished = 0
+    seconds = collections.defaultdict(list)
+    for setting in cell.settings:
+      for method in cell.methods:
+        for seed in cell.seeds:
+          result = _summary(run_dir(cell, setting, method, seed), cell.rounds)
+          if result is None:
+            continue
+          finished += result['complete']
+          if result['round_seconds'] is not None:
+            seconds[method].append(result['round_seconds'])
+    hours = ', '.join(
+        f'{method} {np.median(s) * cell.rounds / 3600:.1f}'
+        for method, s in seconds.items()) or 'not measured'
     report = os.path.join(cell.name, 'README.md')
     link = (f'[{report}]({report})'
             if os.path.exists(os.path.join(base, report)) else 'not run yet')
     lines.append(f'| {cell.name} | {cell.title} | {finished} / {planned} | '
-                 f'{link} |')
+                 f'{hours} | {link} |')
   path = os.path.join(base, 'README.md')
-  temporary = f'{path}.tmp'
-  with open(temporary, 'w') as f:
-    f.write('\n'.join(lines) + '\n')
-  os.replace(temporary, path)
+  run_files.write_text(path, '\n'.join(lines) + '\n')
   return path
 
 
