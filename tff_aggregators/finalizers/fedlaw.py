@@ -30,9 +30,11 @@ proxy data, spec 4.4).
 
 The proxy set reaches the computation as constants: `build_fedlaw_finalizer`
 takes arrays or a `tf.data.Dataset` of (x, y) examples, reads it once into
-arrays and the server `tff.tensorflow.computation` captures them; inside it a
-`tf.data.Dataset` over those tensors is shuffled (stateless, seeded by the
-seed and the round) and batched every server epoch.
+arrays and the server `tff.tensorflow.computation` captures them; inside it
+they are shuffled every server epoch (stateless, seeded by the seed, the round
+and the epoch) and sliced into batches. Slicing, not a `tf.data.Dataset`: a
+dataset made and iterated inside the search's loop cost ~90 ms per server
+step (20 clients x 0.2M parameters, against ~5 ms for the step's own work).
 
 Clients with weight 0 or a non-finite delta are left out. With no client left
 the model is unchanged. A non-finite search result falls back to FedAvg
@@ -210,6 +212,7 @@ def build_fedlaw_finalizer(
   learn_gamma = variant in ('fedlaw', 'gamma', 'swa')
   learn_lambda = variant in ('fedlaw', 'lambda', 'swa')
   num_proxy = len(x_proxy)
+  num_batches = -(-num_proxy // proxy_batch_size)
 
   def initial_state():
     return tf.constant(0, tf.int64)
@@ -222,8 +225,8 @@ def build_fedlaw_finalizer(
       leaves = tf.nest.flatten(collect.unflatten(flat, trainable_type))
       return [v.assign(leaf) for v, leaf in zip(variables, leaves)]
 
-    def proxy_batches(epoch):
-      """The proxy set reshuffled for (seed, round, epoch), in batches."""
+    def shuffled_proxy(epoch):
+      """The proxy set (x, y) reshuffled for (seed, round, epoch)."""
       seed_pair = tf.stack([
           tf.constant(seed, tf.int64), round_num * 100003 + tf.cast(
               epoch, tf.int64)
@@ -231,10 +234,13 @@ def build_fedlaw_finalizer(
       order = tf.argsort(
           tf.random.stateless_uniform([num_proxy], seed=seed_pair)
       )
-      return tf.data.Dataset.from_tensor_slices((
-          tf.gather(tf.constant(x_proxy), order),
-          tf.gather(tf.constant(y_proxy), order),
-      )).batch(proxy_batch_size)
+      return (tf.gather(tf.constant(x_proxy), order),
+              tf.gather(tf.constant(y_proxy), order))
+
+    def proxy_batch(proxy, b):
+      """Batch b of `proxy_batch_size` examples (the last may be smaller)."""
+      start = b * proxy_batch_size
+      return tuple(t[start:start + proxy_batch_size] for t in proxy)
 
     @tf.function
     def search(rows, p):
@@ -249,7 +255,9 @@ def build_fedlaw_finalizer(
         with tf.control_dependencies(assign(flat)):
           total = tf.constant(0.0)
           count = tf.constant(0.0)
-          for x, y in proxy_batches(0):
+          proxy = shuffled_proxy(0)
+          for b in tf.range(num_batches):
+            x, y = proxy_batch(proxy, b)
             n = tf.cast(tf.shape(y)[0], tf.float32)
             total += proxy_loss_fn(y, model.predict_on_batch(x, True)) * n
             count += n
@@ -266,7 +274,9 @@ def build_fedlaw_finalizer(
         swa_count = tf.constant(0.0)
         for epoch in tf.range(epochs):
           lr = lr_fn(epoch)
-          for x, y in proxy_batches(epoch):
+          proxy = shuffled_proxy(epoch)
+          for b in tf.range(num_batches):
+            x, y = proxy_batch(proxy, b)
             flat = combine(x_gamma, x_lambda)
             with tf.control_dependencies(assign(flat)):
               with tf.GradientTape() as tape:
