@@ -16,7 +16,7 @@ _CELL = cells.Cell(
     rounds=12,
     seeds=(1, 2),
     common=dict(model='mlp'),
-    settings={'a': {}},
+    settings={'a': {}, 'b': {}, 'c': dict(model='lenet')},
     methods={'base': dict(aggregator='fedavg'),
              'method': dict(aggregator='fedsa')},
     baseline='base',
@@ -53,22 +53,26 @@ class ReportTest(absltest.TestCase):
                    [0.1, 0.2] + [level] * 10, seconds=300.0 * seed)
       # Method: seed 1 complete at 0.83; seed 2 stopped after 5 rounds.
       _write_run(reproduce.run_dir(_CELL, 'a', 'method', 1),
-                 [0.1, 0.2] + [0.83] * 10, high_fraction=0.3)
+                 [0.1, 0.2] + [0.83] * 10, high_fraction=0.3, seconds=1800.0)
       _write_run(reproduce.run_dir(_CELL, 'a', 'method', 2),
-                 [0.5] * 5, high_fraction=0.2)
+                 [0.5] * 5, high_fraction=0.2, seconds=1800.0)
       path = reproduce.write_report(_CELL)
       with open(reproduce.write_index()) as f:
         self.assertIn('| fedlaw |', f.read())
       toy_index = reproduce.write_index((_CELL,))
     # Hours per run: 12 rounds x the median round time (base: 300 and 600 s;
-    # method: 1 s); finished runs: both of base, seed 1 of method.
+    # method: 1800 s); finished runs: both of base, seed 1 of method. To go:
+    # 7 rounds of method seed 2 (3.5 h); setting b (same model) at a's
+    # times: 2 seeds x 12 rounds x (450 + 1800) s = 15 h; setting c (another
+    # model) unknown.
     with open(toy_index) as f:
-      self.assertIn('| toy | Toy cell | 3 / 4 | base 1.5, method 0.0 |',
-                    f.read())
+      self.assertIn('| toy | Toy cell | 3 / 12 | a/base 1.5, a/method 6.0 | '
+                    '18.5 + 4 runs unknown |', f.read())
     with open(path) as f:
       report = f.read()
     self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 | '
                   '300.0, 600.0 |', report)
+    self.assertIn('| c | method |  | not run |  |  | - | - |', report)
     # Seed 2 of the method: the mean of its 5 rounds, labelled unfinished,
     # and its gain against the baseline's same 5 rounds (55.2): gains +3.0
     # and -5.2.
@@ -81,6 +85,38 @@ class ReportTest(absltest.TestCase):
     base = os.path.dirname(path)
     self.assertTrue(os.path.exists(os.path.join(base, 'a.png')))
     self.assertTrue(os.path.exists(os.path.join(base, 'a_high_fraction.png')))
+
+  def test_round_time_estimate_follows_baselines_and_models(self):
+    cell = cells.Cell(
+        name='toy2', title='', source='', rounds=10, seeds=(1,),
+        common=dict(model='mlp'),
+        settings={'a': {}, 'b': {}, 'c': dict(model='lenet')},
+        methods={'base': {}, 'mid': {}, 'top': {}}, baseline='base',
+        paper={}, paired={'top': 'mid'})
+    measured = {('a', 'base'): [10.0, 30.0], ('b', 'mid'): [50.0]}
+    estimate = lambda s, m: reproduce._round_seconds(cell, measured, s, m)  # pylint: disable=protected-access
+    self.assertEqual(estimate('a', 'base'), 20.0)
+    self.assertEqual(estimate('a', 'top'), 20.0)  # top -> mid -> base in a.
+    self.assertEqual(estimate('b', 'top'), 50.0)  # b's mid first.
+    self.assertEqual(estimate('b', 'base'), 20.0)  # Same model, setting a.
+    self.assertIsNone(estimate('c', 'base'))  # No lenet run measured.
+
+  def test_shared_runs_have_the_same_flags(self):
+    fedsa = cells.CELLS['fedsa']
+    self.assertNotEmpty(fedsa.shared)
+    for cell in cells.CELLS.values():
+      for method, (source_name, setting) in cell.shared.items():
+        source = cells.CELLS[source_name]
+        for own_setting in cell.settings:
+          self.assertEqual(cell.run_flags(own_setting, method),
+                           source.run_flags(setting, method),
+                           f'{cell.name}/{method}')
+    self.assertEqual(
+        reproduce.run_dir(fedsa, 'alpha0.1', 'fedavg', 10),
+        reproduce.run_dir(cells.CELLS['fedlws'], 'alpha0.1', 'fedavg', 10))
+    self.assertNotEqual(
+        reproduce.run_dir(fedsa, 'alpha0.1', 'fedsa', 10),
+        reproduce.run_dir(cells.CELLS['fedlws'], 'alpha0.1', 'fedavg', 10))
 
   def test_cells_use_known_methods_and_settings(self):
     for cell in cells.CELLS.values():

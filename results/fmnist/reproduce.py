@@ -51,7 +51,9 @@ def _root() -> str:
 
 
 def run_dir(cell: cells.Cell, setting: str, method: str, seed: int) -> str:
-  return os.path.join(_root(), 'results', 'fmnist', cell.name, setting,
+  """A run's directory (another cell's where `cell.shared` says so)."""
+  cell_name, setting = cell.shared.get(method, (cell.name, setting))
+  return os.path.join(_root(), 'results', 'fmnist', cell_name, setting,
                       f'{method}_seed{seed}')
 
 
@@ -72,8 +74,8 @@ def run_one(cell, setting, method, seed, rounds) -> None:
     logging.info('%s: done (%d rounds).', directory, rounds)
     return
   arguments = [sys.executable, '-m', 'experiments.fmnist'] + _flag_args(
-      dict(cell.common, **cell.settings[setting], **cell.methods[method],
-           seed=seed, rounds=rounds, output_dir=directory))
+      dict(cell.run_flags(setting, method), seed=seed, rounds=rounds,
+           output_dir=directory))
   logging.info('Running %s', ' '.join(arguments[1:]))
   environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
   completed = subprocess.run(arguments, env=environment, check=False)
@@ -230,6 +232,28 @@ def write_report(cell: cells.Cell) -> str:
   return path
 
 
+def _round_seconds(cell, measured, setting, method):
+  """A run's round time: measured, else from the closest measured run.
+
+  In order: this setting and method, then its baselines (FedProx + LWS ->
+  FedProx -> FedAvg); then the same in the settings with the same model
+  (round time follows model and method, hardly the partition). None if none
+  is measured.
+  """
+  chain = [method]
+  while cell.baseline_of(chain[-1]) not in chain:
+    chain.append(cell.baseline_of(chain[-1]))
+  model = cell.run_flags(setting, method).get('model')
+  same_model = [s for s in cell.settings
+                if cell.run_flags(s, method).get('model') == model]
+  candidates = [(setting, m) for m in chain]
+  candidates += [(s, m) for m in chain for s in same_model]
+  for key in candidates:
+    if measured.get(key):
+      return float(np.median(measured[key]))
+  return None
+
+
 def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
   """Writes `results/fmnist/README.md`: every cell, its runs and status."""
   base = os.path.join(_root(), 'results', 'fmnist')
@@ -247,15 +271,20 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
            'state is reset every round; a client\'s data is repeated E times '
            'and then batched, so a batch can straddle two epochs.', '',
            'Hours per run: the protocol\'s rounds times the median round '
-           'time measured so far on this 2-core machine (per method, over '
-           'the runs that exist; a round\'s training only, evaluation and '
-           'checkpoints add to it).', '',
+           'time measured so far on this 2-core machine (per setting and '
+           'method, over the runs that exist; a round\'s training only, '
+           'evaluation and checkpoints add to it). Hours to go: the rounds '
+           'not run yet of every planned run, each at its measured round '
+           'time, else at an estimate from another run (`_round_seconds`: '
+           'its baseline, or the same method on the same model); runs with '
+           'neither are counted as unknown.', '',
            '| cell | protocol | runs finished / planned | hours per run '
-           '(measured) | report |',
-           '|---|---|---|---|---|']
+           '(measured) | hours to go (estimated) | report |',
+           '|---|---|---|---|---|---|']
   for cell in all_cells:
     planned = len(cell.settings) * len(cell.methods) * len(cell.seeds)
     finished = 0
+    done = {}
     seconds = collections.defaultdict(list)
     for setting in cell.settings:
       for method in cell.methods:
@@ -263,17 +292,34 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
           result = _summary(run_dir(cell, setting, method, seed), cell.rounds)
           if result is None:
             continue
+          done[(setting, method, seed)] = result['rounds']
           finished += result['complete']
           if result['round_seconds'] is not None:
-            seconds[method].append(result['round_seconds'])
+            seconds[(setting, method)].append(result['round_seconds'])
     hours = ', '.join(
-        f'{method} {np.median(s) * cell.rounds / 3600:.1f}'
-        for method, s in seconds.items()) or 'not measured'
+        f'{setting}/{method} {np.median(s) * cell.rounds / 3600:.1f}'
+        for (setting, method), s in seconds.items()) or 'not measured'
+    to_go, unknown = 0.0, 0
+    for setting in cell.settings:
+      for method in cell.methods:
+        for seed in cell.seeds:
+          rounds_left = max(
+              0, cell.rounds - done.get((setting, method, seed), 0))
+          estimate = _round_seconds(cell, seconds, setting, method)
+          if not rounds_left or method in cell.shared:  # Counted there.
+            continue
+          if estimate is None:
+            unknown += 1
+          else:
+            to_go += rounds_left * estimate / 3600
+    to_go_text = f'{to_go:.1f}' + (
+        f' + {unknown} run{"s" if unknown > 1 else ""} unknown'
+        if unknown else '')
     report = os.path.join(cell.name, 'README.md')
     link = (f'[{report}]({report})'
             if os.path.exists(os.path.join(base, report)) else 'not run yet')
     lines.append(f'| {cell.name} | {cell.title} | {finished} / {planned} | '
-                 f'{hours} | {link} |')
+                 f'{hours} | {to_go_text} | {link} |')
   path = os.path.join(base, 'README.md')
   run_files.write_text(path, '\n'.join(lines) + '\n')
   return path
