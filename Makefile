@@ -15,7 +15,7 @@ demo: setup
 test: setup
 	bazel test //...
 
-# Every table of benchmarks/README.md (about 1.5 hours on 2 cores).
+# Every table of benchmarks/README.md (about 1 hour on 2 cores).
 benchmarks: setup
 	bazel run //benchmarks:collect_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
 	bazel run //benchmarks:round_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
