@@ -10,7 +10,7 @@ from typing import Optional
 
 import numpy as np
 
-METHODS = ('dirichlet', 'iid', 'shards')
+METHODS = ('dirichlet', 'iid', 'label_skew', 'shards')
 
 
 def dirichlet(
@@ -74,6 +74,97 @@ def dirichlet(
   return result
 
 
+def label_skew(
+    labels: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    seed: int,
+    num_classes: Optional[int] = None,
+) -> list[np.ndarray]:
+  """Equal-size clients with Dirichlet(alpha * p) label mixes (FedGLAD).
+
+  The procedure of spec `fedglad.md` section 6.2 (FedGLAD's App. G, after
+  FedNLP's label-skew partition), with `RandomState(seed)`:
+  1. group the indices by class (dataset order), shuffle each class's list;
+     p is the data set's class distribution;
+  2. every client gets floor(N / n) examples; the last takes what is left;
+  3. client by client, in order: draw q ~ Dirichlet(alpha * p); class j asks
+     for round(q_j * size) examples (half to even), in class order, capped by
+     the room left, and the last class takes the room left;
+  4. a class that has run out gives what it has, and the shortfall is filled
+     from the classes that still have examples, in proportion to what they
+     have left (largest remainders; FedNLP's "dynamic reassigning").
+  A client's indices are in class order (its data is shuffled when batched).
+  With alpha = 0.1 and 10 balanced classes every concentration is 0.01, so
+  most clients hold one or two classes.
+
+  Args:
+    labels: Integer labels [N].
+    num_clients: n.
+    alpha: Concentration, scaled by the class distribution.
+    seed: Seed of the `RandomState`.
+    num_classes: C; default `max(labels) + 1`.
+
+  Returns:
+    One index array per client.
+  """
+  labels = _check_labels(labels, num_clients)
+  if not alpha > 0:
+    raise ValueError(
+        f'alpha must be > 0 for a label-skew partition, got {alpha}.')
+  num_classes = _num_classes(labels, num_classes)
+  rng = np.random.RandomState(seed)
+  pools = []
+  for j in range(num_classes):
+    indices = np.flatnonzero(labels == j)
+    rng.shuffle(indices)
+    pools.append(indices)
+  left = np.array([len(pool) for pool in pools], dtype=np.int64)
+  concentration = alpha * left / len(labels)
+  base_size = len(labels) // num_clients
+  result = []
+  for client in range(num_clients):
+    size = (int(left.sum()) if client == num_clients - 1 else base_size)
+    # Classes of p = 0 (num_classes beyond the labels) get no share.
+    q = np.zeros(num_classes)
+    present = concentration > 0
+    q[present] = rng.dirichlet(concentration[present])
+    asked = np.zeros(num_classes, dtype=np.int64)
+    room = size
+    for j in range(num_classes):
+      count = room if j == num_classes - 1 else min(int(round(q[j] * size)),
+                                                    room)
+      asked[j] = count
+      room -= count
+    taken = np.minimum(asked, left)
+    shortfall = int((asked - taken).sum())
+    if shortfall:
+      taken += _proportional_fill(left - taken, shortfall)
+    parts = []
+    for j in range(num_classes):
+      start = len(pools[j]) - int(left[j])
+      parts.append(pools[j][start:start + int(taken[j])])
+    left -= taken
+    result.append(np.concatenate(parts).astype(np.int64))
+  return result
+
+
+def _proportional_fill(available: np.ndarray, amount: int) -> np.ndarray:
+  """`amount` examples split over classes in proportion to `available`.
+
+  Largest-remainder rounding, never more than a class has (the total is
+  capped by what is available).
+  """
+  amount = min(amount, int(available.sum()))
+  if amount == 0:
+    return np.zeros_like(available)
+  exact = available * (amount / available.sum())
+  counts = np.floor(exact).astype(np.int64)
+  order = np.argsort(-(exact - counts), kind='stable')
+  counts[order[:amount - int(counts.sum())]] += 1
+  return np.minimum(counts, available)
+
+
 def iid(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
   """A random permutation split into near-equal parts (sizes differ by <= 1)."""
   labels = _check_labels(labels, num_clients)
@@ -131,6 +222,10 @@ def partition(
     return dirichlet(labels, num_clients, alpha, seed)
   if method == 'iid':
     return iid(labels, num_clients, seed)
+  if method == 'label_skew':
+    if alpha is None:
+      raise ValueError('The label_skew partition needs alpha (--alpha).')
+    return label_skew(labels, num_clients, alpha, seed)
   if method == 'shards':
     if shards_per_client is None:
       raise ValueError(

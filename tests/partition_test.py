@@ -43,6 +43,51 @@ def _reference_dirichlet(labels, n, alpha, seed, num_classes):
   return result
 
 
+def _reference_label_skew(labels, n, alpha, seed, num_classes):
+  """Spec fedglad.md 6.2 written out with plain Python lists."""
+  rng = np.random.RandomState(seed)
+  pools = []
+  for j in range(num_classes):
+    members = np.array([k for k, y in enumerate(labels) if y == j],
+                       dtype=np.int64)
+    rng.shuffle(members)
+    pools.append(list(members))
+  total = len(labels)
+  p = [len(pool) / total for pool in pools]
+  clients = []
+  for i in range(n):
+    remaining = sum(len(pool) for pool in pools)
+    size = remaining if i == n - 1 else total // n
+    present = [j for j in range(num_classes) if p[j] > 0]
+    draw = rng.dirichlet([alpha * p[j] for j in present])
+    q = [0.0] * num_classes
+    for j, share in zip(present, draw):
+      q[j] = share
+    room, members, short = size, [], 0
+    for j in range(num_classes):
+      want = room if j == num_classes - 1 else min(round(q[j] * size), room)
+      room -= want
+      got = min(want, len(pools[j]))
+      members += pools[j][:got]
+      pools[j] = pools[j][got:]
+      short += want - got
+    if short:  # Largest remainders over what the classes have left.
+      have = [len(pool) for pool in pools]
+      short = min(short, sum(have))
+      exact = [h * short / sum(have) for h in have]
+      extra = [int(e // 1) for e in exact]
+      by_remainder = sorted(range(num_classes),
+                            key=lambda j: (-(exact[j] - extra[j]), j))
+      for j in by_remainder[:short - sum(extra)]:
+        extra[j] += 1
+      for j in range(num_classes):
+        members += pools[j][:extra[j]]
+        pools[j] = pools[j][extra[j]:]
+    members = np.array(members, dtype=np.int64)
+    clients.append(members)
+  return clients
+
+
 def _top_class_share(labels, clients, num_classes=10):
   counts = partition.label_counts(labels, clients, num_classes)
   sizes = counts.sum(axis=1)
@@ -55,6 +100,7 @@ class PartitionTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ('dirichlet', 'dirichlet', dict(alpha=0.3)),
       ('iid', 'iid', {}),
+      ('label_skew', 'label_skew', dict(alpha=0.1)),
       ('shards', 'shards', dict(shards_per_client=2)),
   )
   def test_every_example_on_exactly_one_client(self, method, kwargs):
@@ -69,6 +115,7 @@ class PartitionTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ('dirichlet', 'dirichlet', dict(alpha=0.3)),
       ('iid', 'iid', {}),
+      ('label_skew', 'label_skew', dict(alpha=0.1)),
       ('shards', 'shards', dict(shards_per_client=2)),
   )
   def test_deterministic_per_seed(self, method, kwargs):
@@ -109,6 +156,27 @@ class PartitionTest(parameterized.TestCase):
     self.assertLess(shares[1], shares[2])
     self.assertGreater(shares[2], 0.6)
 
+  @parameterized.parameters(0, 1, 2)
+  def test_label_skew_is_the_spec_procedure(self, seed):
+    # Skewed labels and alpha 0.3: classes run out, so the shortfall is
+    # reassigned; 9 does not divide 500, so the last client is larger.
+    labels = np.random.default_rng(seed).choice(7, 500, p=[.4, .2, .1, .1,
+                                                           .1, .05, .05])
+    expected = _reference_label_skew(labels, 9, 0.3, seed, 7)
+    actual = partition.label_skew(labels, 9, 0.3, seed)
+    for e, a in zip(expected, actual):
+      np.testing.assert_array_equal(np.sort(a), np.sort(e))
+    self.assertEqual([len(a) for a in actual], [55] * 8 + [60])
+
+  def test_label_skew_fashion_mnist_shape(self):
+    # FedGLAD's MNIST setting: 100 clients of 600, concentration 0.01 each.
+    labels = np.repeat(np.arange(10), 6000)
+    clients = partition.label_skew(labels, 100, 0.1, seed=1)
+    self.assertEqual({len(c) for c in clients}, {600})
+    self.assertGreater(_top_class_share(labels, clients), 0.85)
+    iid_like = partition.label_skew(labels, 100, 1000.0, seed=1)
+    self.assertLess(_top_class_share(labels, iid_like), 0.25)
+
   def test_iid_sizes_differ_by_at_most_one(self):
     clients = partition.iid(_labels(103), 10, seed=0)
     sizes = [len(c) for c in clients]
@@ -131,6 +199,9 @@ class PartitionTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ('alpha', dict(method='dirichlet', alpha=0.0), 'alpha must be > 0'),
       ('no_alpha', dict(method='dirichlet'), 'needs alpha'),
+      ('skew_alpha', dict(method='label_skew', alpha=-1.0),
+       'alpha must be > 0'),
+      ('skew_no_alpha', dict(method='label_skew'), 'needs alpha'),
       ('no_shards', dict(method='shards'), 'needs shards_per_client'),
       ('zero_shards', dict(method='shards', shards_per_client=0), '>= 1'),
       ('too_many_shards', dict(method='shards', shards_per_client=60),
