@@ -92,10 +92,14 @@ SERVER_EPSILON = flags.DEFINE_float(
     'server_epsilon', 1e-7, 'Adam/Yogi epsilon (TFF default).'
 )
 PARTITION = flags.DEFINE_enum(
-    'partition', 'dirichlet', partition.METHODS, 'How clients split the data.'
+    'partition', 'dirichlet', partition.METHODS,
+    'How clients split the data: dirichlet (per-class Dirichlet shares over '
+    'clients, FedLAW/FedLWS/FedCDA), label_skew (equal-size clients, each '
+    'with Dirichlet(alpha * p) label proportions, FedGLAD), iid, shards.'
 )
 ALPHA = flags.DEFINE_float(
-    'alpha', 0.5, 'Dirichlet concentration (smaller: more skewed labels).'
+    'alpha', 0.5, 'Dirichlet concentration of --partition=dirichlet and '
+    'label_skew (smaller: more skewed labels).'
 )
 SHARDS_PER_CLIENT = flags.DEFINE_integer(
     'shards_per_client', 2, 'Label shards per client for --partition=shards.'

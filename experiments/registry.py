@@ -15,6 +15,7 @@ import tensorflow_federated as tff
 
 import tff_aggregators
 from tff_aggregators.aggregators import fedglad
+from tff_aggregators.algorithms import client_works
 from tff_aggregators.algorithms import fedcda_store
 from tff_aggregators.finalizers import fedcda
 from tff_aggregators.finalizers import fedlaw
@@ -101,7 +102,7 @@ def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   client_weighting = tff.learning.ClientWeighting[
       FEDAVG_CLIENT_WEIGHTING.value.upper()]
   if inputs.proximal_strength > 0:
-    return tff.learning.algorithms.build_weighted_fed_prox(
+    return client_works.build_weighted_fed_prox(
         model_fn=inputs.model_fn,
         proximal_strength=inputs.proximal_strength,
         client_optimizer_fn=inputs.client_optimizer_fn,

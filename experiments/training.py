@@ -258,8 +258,10 @@ def _set_client_learning_rate(process, state, learning_rate: float):
     raise ValueError(
         'A client learning-rate decay needs a process whose client work has '
         'a `learning_rate` hyperparameter, and this one has '
-        f'{dict(client_hparams)} (TFF 0.87\'s FedProx client work has none). '
-        'Use --client_lr_decay=1 with it.'
+        f'{dict(client_hparams)} (TFF 0.87\'s own FedProx, '
+        '`tff.learning.algorithms.build_weighted_fed_prox`, has none; '
+        '`tff_aggregators.build_weighted_fed_prox` has). Use that, or '
+        '--client_lr_decay=1.'
     )
   client_hparams['learning_rate'] = np.float32(learning_rate)
   return process.set_hparams(state, hparams)

@@ -5,6 +5,7 @@ import os
 
 from absl.testing import absltest
 from absl.testing import flagsaver
+import numpy as np
 import tensorflow_datasets as tfds
 import tensorflow_federated as tff
 
@@ -62,15 +63,19 @@ class RegistryTest(absltest.TestCase):
     fedprox = registry.build_process(
         'fedavg', registry.ProcessInputs(**inputs, proximal_strength=0.1)
     )
-    self.assertIn(
-        'learning_rate', fedavg.get_hparams(fedavg.initialize())['client_work']
-    )
-    # TFF 0.87's FedProx client work exposes no hyperparameters.
-    self.assertEmpty(fedprox.get_hparams(fedprox.initialize())['client_work'])
-    self.assertNotEqual(
-        fedavg.next.type_signature.parameter.state.member.client_work,
-        fedprox.next.type_signature.parameter.state.member.client_work,
-    )
+    for process in (fedavg, fedprox):  # A client lr schedule reaches both.
+      self.assertIn('learning_rate',
+                    process.get_hparams(process.initialize())['client_work'])
+    initial = fedavg.get_model_weights(fedavg.initialize())
+    # Several local steps: at the first the proximal term is zero.
+    datasets = [d.repeat(3) for d in test_utils.tiny_client_datasets(2)]
+    models = []
+    for process in (fedavg, fedprox):
+      state = process.set_model_weights(process.initialize(), initial)
+      state = process.next(state, datasets).state
+      models.append(test_utils.flat_trainable(
+          process.get_model_weights(state)))
+    self.assertFalse(np.allclose(models[0], models[1]))
 
   def test_fedcda_history_too_large_for_the_state_names_the_flags(self):
     inputs = registry.ProcessInputs(

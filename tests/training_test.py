@@ -15,6 +15,7 @@ from experiments import runtime
 from experiments import tasks
 from experiments import training
 from tests import test_utils
+import tff_aggregators
 
 
 class _CountingClientData(tasks.PartitionedClientData):
@@ -182,7 +183,7 @@ class ScheduleTest(absltest.TestCase):
     super().setUpClass()
     runtime.use_local_worker()
 
-  def test_decay_with_fedprox_fails_before_training(self):
+  def test_decay_needs_client_hparams(self):
     task = _small_task(self.create_tempdir().full_path)
     fedprox = tff.learning.algorithms.build_weighted_fed_prox(
         task.model_fn, 0.01, tff.learning.optimizers.build_sgdm(0.1)
@@ -190,7 +191,9 @@ class ScheduleTest(absltest.TestCase):
     output_dir = self.create_tempdir().full_path
     config = dict(rounds=1, clients_per_round=2, seed=0, output_dir=output_dir,
                   client_lr=0.1)
-    with self.assertRaisesRegex(ValueError, 'FedProx.*--client_lr_decay=1'):
+    with self.assertRaisesRegex(
+        ValueError, 'tff_aggregators.build_weighted_fed_prox.*'
+        '--client_lr_decay=1'):
       training.train(fedprox, task,
                      training.TrainingConfig(client_lr_decay=0.9, **config))
     self.assertFalse(
@@ -199,6 +202,17 @@ class ScheduleTest(absltest.TestCase):
     # Without a decay FedProx trains, and no learning rate is released.
     training.train(fedprox, task, training.TrainingConfig(**config))
     self.assertNotIn('client_lr', training.read_metrics(output_dir)[0])
+    # This project's FedProx takes the schedule.
+    ours = tff_aggregators.build_weighted_fed_prox(
+        model_fn=task.model_fn, proximal_strength=0.01,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+    output_dir = self.create_tempdir().full_path
+    config.update(rounds=2, output_dir=output_dir)
+    training.train(ours, task,
+                   training.TrainingConfig(client_lr_decay=0.5, **config))
+    self.assertEqual(
+        [float(row['client_lr']) for row in training.read_metrics(output_dir)],
+        [0.1, 0.05])
 
 
 

@@ -8,6 +8,7 @@ the style of `tff.learning.algorithms.build_weighted_fed_avg`.
 from tff_aggregators.aggregators.collect import CollectAllFactory
 from tff_aggregators.aggregators.fedglad import FedGladFactory
 from tff_aggregators.aggregators.fedlws_stats import FedLwsStatsFactory
+from tff_aggregators.algorithms.client_works import build_weighted_fed_prox
 from tff_aggregators.algorithms.fedcda import build_fedcda_process
 from tff_aggregators.algorithms.fedcda_store import InMemoryHistoryStore
 from tff_aggregators.algorithms.fedcda_store import MemmapHistoryStore
@@ -17,6 +18,7 @@ from tff_aggregators.algorithms.fedlws import build_fedlws_process
 from tff_aggregators.algorithms.fedsa import build_fedsa_process
 from tff_aggregators.client_works.identified import build_identified_client_work
 from tff_aggregators.client_works.identified import with_client_ids
+from tff_aggregators.client_works.proximal import build_proximal_client_work
 from tff_aggregators.finalizers.fedcda import build_fedcda_finalizer
 from tff_aggregators.finalizers.fedlaw import build_fedlaw_finalizer
 from tff_aggregators.finalizers.fedlws import build_fedlws_finalizer

@@ -1,14 +1,18 @@
 """Pieces every `build_<method>_process` composes: initial weights, clients.
 
 The methods change only the server side; their clients run TFF's own
-model-delta client work (FedAvg), or its proximal version (FedProx).
+model-delta client work (FedAvg), or FedProx's with the optimizer's
+hyperparameters in its state (`client_works.proximal`), so a client
+learning-rate schedule reaches both.
 """
 
 from collections.abc import Callable
+from typing import Optional
 
+import numpy as np
 import tensorflow_federated as tff
 
-from tensorflow_federated.python.learning.templates import proximal_client_work
+from tff_aggregators.client_works import proximal
 
 
 def initial_model_weights_fn(
@@ -36,19 +40,14 @@ def model_delta_client_work(
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work; FedProx's when `proximal_strength > 0`.
 
-  TFF 0.87 exposes the proximal client work only through
-  `build_weighted_fed_prox`; this uses its module directly.
+  Both have the client optimizer's hyperparameters as their state.
   """
-  if proximal_strength < 0:
-    raise ValueError(
-        f'proximal_strength must be >= 0, got {proximal_strength}.'
-    )
-  if proximal_strength > 0:
-    return proximal_client_work.build_model_delta_client_work(
-        model_fn=model_fn,
-        optimizer=optimizer,
+  if proximal_strength:  # A negative one is refused there.
+    return proximal.build_proximal_client_work(
+        model_fn,
+        optimizer,
+        proximal_strength=proximal_strength,
         client_weighting=client_weighting,
-        delta_l2_regularizer=proximal_strength,
         metrics_aggregator=metrics_aggregator,
         loop_implementation=loop_implementation,
     )
@@ -76,4 +75,58 @@ def compose(
       client_work,
       aggregator,
       finalizer,
+  )
+
+
+def build_weighted_fed_prox(
+    *,
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    proximal_strength: float,
+    client_optimizer_fn: tff.learning.optimizers.Optimizer,
+    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES
+    ),
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+        None
+    ),
+    metrics_aggregator=None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE
+    ),
+) -> tff.learning.templates.LearningProcess:
+  """`tff.learning.algorithms.build_weighted_fed_prox` with client hparams.
+
+  The same process (broadcast, FedProx clients, a weighted mean of the
+  updates, the server optimizer applied to it), but the client optimizer's
+  hyperparameters are in the state, so `get_hparams`/`set_hparams` (and a
+  client learning-rate schedule) reach the clients; TFF 0.87's has none.
+  Arguments as in TFF's; the optimizers must be `tff.learning.optimizers`.
+  """
+  if server_optimizer_fn is None:
+    server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
+  if model_aggregator is None:
+    model_aggregator = tff.aggregators.MeanFactory()
+  if not isinstance(model_aggregator,
+                    tff.aggregators.WeightedAggregationFactory):
+    raise TypeError(
+        'model_aggregator must be a tff.aggregators.'
+        f'WeightedAggregationFactory, got {model_aggregator!r}.'
+    )
+  initial_weights_fn = initial_model_weights_fn(model_fn)
+  model_weights_type = initial_weights_fn.type_signature.result
+  return compose(
+      initial_weights_fn,
+      model_delta_client_work(
+          model_fn,
+          client_optimizer_fn,
+          client_weighting=client_weighting,
+          proximal_strength=proximal_strength,
+          metrics_aggregator=metrics_aggregator,
+          loop_implementation=loop_implementation,
+      ),
+      model_aggregator.create(model_weights_type.trainable,
+                              tff.TensorType(np.float32)),
+      tff.learning.templates.build_apply_optimizer_finalizer(
+          server_optimizer_fn, model_weights_type),
   )

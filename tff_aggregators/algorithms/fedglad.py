@@ -34,8 +34,9 @@ def build_fedglad_process(
 ) -> tff.learning.templates.LearningProcess:
   """A FedAvg-style process whose server step is adapted by FedGLAD.
 
-  Like `tff.learning.algorithms.build_weighted_fed_avg` (or
-  `build_weighted_fed_prox` when `proximal_strength > 0`), with the update
+  Like `tff.learning.algorithms.build_weighted_fed_avg` (or FedProx,
+  `client_works.build_weighted_fed_prox`, when `proximal_strength > 0`),
+  with the update
   aggregated by `tff_aggregators.FedGladFactory`. How the multipliers reach
   the server optimizer (spec `fedglad.md` section 2.5):
 
@@ -106,7 +107,7 @@ def build_fedglad_process(
   if server_update_scaling == 'update':
     aggregator = fedglad.FedGladFactory(**glad_options)
     if proximal_strength > 0:
-      return tff.learning.algorithms.build_weighted_fed_prox(
+      return client_works.build_weighted_fed_prox(
           model_fn=model_fn,
           proximal_strength=proximal_strength,
           client_optimizer_fn=client_optimizer_fn,

@@ -37,6 +37,8 @@ import tensorflow_federated as tff
 from tensorflow_federated.python.learning import loop_builder
 from tensorflow_federated.python.learning import tensor_utils
 
+from tff_aggregators.client_works import with_hparams
+
 DATA = 'data'
 CLIENT_ID = 'client_id'
 DELTA = 'delta'
@@ -111,37 +113,13 @@ def build_identified_client_work(
   """
   if local_epochs is not None and int(local_epochs) < 1:
     raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
-  if metrics_aggregator is None:
-    metrics_aggregator = tff.learning.metrics.sum_then_finalize
-  with tf.Graph().as_default():
-    model = model_fn()
-    metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
-  element_type = tff.types.tensorflow_to_type(model.input_spec)
-  client_data_type = tff.types.to_type(collections.OrderedDict([
-      (DATA, tff.SequenceType(element_type)),
-      (CLIENT_ID, tff.SequenceType(tff.TensorType(np.int32))),
-  ]))
-  weights_type = tff.learning.models.weights_type_from_model(model)
-  initial_hparams = optimizer.get_hparams(
-      optimizer.initialize(tf.TensorSpec([], tf.float32))
-  )
 
-  @tff.federated_computation
-  def init_fn():
-    return tff.federated_value(initial_hparams, tff.SERVER)
+  def client_data_type(element_type):
+    return tff.types.to_type(collections.OrderedDict([
+        (DATA, tff.SequenceType(element_type)),
+        (CLIENT_ID, tff.SequenceType(tff.TensorType(np.int32))),
+    ]))
 
-  state_type = init_fn.type_signature.result.member
-
-  @tff.tensorflow.computation(state_type)
-  def get_hparams_fn(state):
-    return state
-
-  @tff.tensorflow.computation(state_type, state_type)
-  def set_hparams_fn(state, hparams):
-    del state
-    return hparams
-
-  @tff.tensorflow.computation(state_type, weights_type, client_data_type)
   def client_update(hparams, initial_weights, client_data):
     train = _build_training(model_fn, optimizer, client_weighting,
                             loop_implementation, local_epochs)
@@ -162,28 +140,10 @@ def build_identified_client_work(
         outputs,
     )
 
-  @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
-      tff.FederatedType(client_data_type, tff.CLIENTS),
-  )
-  def next_fn(state, weights, client_data):
-    client_result, outputs = tff.federated_map(
-        client_update, (tff.federated_broadcast(state), weights, client_data)
-    )
-    measurements = tff.federated_zip(
-        collections.OrderedDict(train=metrics_aggregation_fn(outputs))
-    )
-    return tff.templates.MeasuredProcessOutput(
-        state, client_result, measurements
-    )
-
-  return tff.learning.templates.ClientWorkProcess(
-      init_fn,
-      next_fn,
-      get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn,
-  )
+  return with_hparams.build_client_work(
+      model_fn, optimizer, client_update,
+      client_data_type_fn=client_data_type,
+      metrics_aggregator=metrics_aggregator)
 
 
 def _build_training(model_fn, optimizer, client_weighting,
