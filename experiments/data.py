@@ -1,4 +1,4 @@
-"""Centralised image data sets, read by Keras' and tensorflow-datasets' loaders.
+"""Centralised image data sets: Fashion-MNIST's IDX files, tfds for CIFAR.
 
 Nothing is downloaded at run time unless asked for: Fashion-MNIST comes from the
 Debian package `dataset-fashion-mnist`, CIFAR from a prepared
@@ -7,7 +7,9 @@ whose message says how to provide it.
 """
 
 import dataclasses
+import gzip
 import os
+import struct
 
 import numpy as np
 import tensorflow as tf
@@ -44,36 +46,36 @@ class ImageData:
     return tuple(self.train_images.shape[1:])
 
 
-def link_into_keras_cache(path: str, cache_subdir: str) -> None:
-  """Makes Keras' `get_file` find `path` instead of downloading it.
+def read_idx(path: str) -> np.ndarray:
+  """A gzipped IDX file of unsigned bytes (the MNIST format) as an array.
 
-  Keras 2.14 looks in `~/.keras/<cache_subdir>` (or `/tmp/.keras/...` when
-  `~/.keras` is not writable) before downloading; a link there to `path`
-  replaces any link to another copy.
+  The header is a magic number 0x0000 08 <ndim> and ndim big-endian sizes;
+  the bytes follow. Read directly rather than through Keras' loader, whose
+  cache in `~/.keras` is shared by every process of the user (a process
+  loading another copy would re-point it under a running one).
+
+  Raises:
+    ValueError: If the file is not such an IDX file or is truncated.
   """
-  base = os.path.join(os.path.expanduser('~'), '.keras')
-  try:
-    os.makedirs(base, exist_ok=True)
-  except OSError:
-    pass
-  if not os.access(base, os.W_OK):
-    base = os.path.join('/tmp', '.keras')  # Keras' own fallback.
-  directory = os.path.join(base, cache_subdir)
-  os.makedirs(directory, exist_ok=True)
-  source = os.path.realpath(path)
-  link = os.path.join(directory, os.path.basename(path))
-  if os.path.islink(link) and os.path.realpath(link) != source:
-    os.remove(link)
-  if not os.path.lexists(link):
-    os.symlink(source, link)
+  with gzip.open(path, 'rb') as f:
+    content = f.read()
+  if len(content) < 4 or content[:3] != b'\x00\x00\x08':
+    raise ValueError(f'{path} is not an IDX file of unsigned bytes.')
+  ndim = content[3]
+  offset = 4 + 4 * ndim
+  shape = struct.unpack(f'>{ndim}I', content[4:offset])
+  values = np.frombuffer(content, np.uint8, offset=offset)
+  if values.size != int(np.prod(shape)):
+    raise ValueError(
+        f'{path} holds {values.size} bytes of data but its header says '
+        f'{shape}: the file is truncated or corrupt; reinstall it (Debian: '
+        '`sudo apt-get install --reinstall dataset-fashion-mnist`).'
+    )
+  return values.reshape(shape)
 
 
 def load_fashion_mnist(data_dir: str = FASHION_MNIST_DIR) -> ImageData:
-  """Loads Fashion-MNIST with `tf.keras.datasets.fashion_mnist.load_data`.
-
-  Keras looks for the four original IDX files in its cache
-  (`~/.keras/datasets/fashion-mnist`) before downloading; they are linked
-  there from `data_dir`, so Keras parses them and nothing is downloaded.
+  """Loads Fashion-MNIST from its four original IDX files in `data_dir`.
 
   Args:
     data_dir: Directory holding the four `*-ubyte.gz` files.
@@ -83,6 +85,7 @@ def load_fashion_mnist(data_dir: str = FASHION_MNIST_DIR) -> ImageData:
 
   Raises:
     DataNotFoundError: If a file is missing from `data_dir`.
+    ValueError: If a file is corrupt or images and labels disagree.
   """
   missing = [
       f for f in FASHION_MNIST_FILES
@@ -95,13 +98,14 @@ def load_fashion_mnist(data_dir: str = FASHION_MNIST_DIR) -> ImageData:
         f'{FASHION_MNIST_DIR}), or pass --data_dir=<directory with the four '
         'original *-ubyte.gz files>.'
     )
-  for name in FASHION_MNIST_FILES:
-    link_into_keras_cache(
-        os.path.join(data_dir, name), os.path.join('datasets', 'fashion-mnist')
-    )
-  (x_train, y_train), (x_test, y_test) = (
-      tf.keras.datasets.fashion_mnist.load_data()
-  )
+  x_train, y_train, x_test, y_test = (
+      read_idx(os.path.join(data_dir, f)) for f in FASHION_MNIST_FILES)
+  for images, labels, split in ((x_train, y_train, 'train'),
+                                (x_test, y_test, 't10k')):
+    if images.ndim != 3 or labels.ndim != 1 or len(images) != len(labels):
+      raise ValueError(
+          f'Fashion-MNIST {split} files in {data_dir!r}: images '
+          f'{images.shape} and labels {labels.shape} do not match.')
   return ImageData(
       train_images=x_train[..., np.newaxis],
       train_labels=y_train.astype(np.int64),

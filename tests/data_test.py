@@ -1,5 +1,6 @@
 """Data loaders: real Fashion-MNIST files, CIFAR through the tfds mock."""
 
+import gzip
 import os
 
 from absl.testing import absltest
@@ -27,14 +28,33 @@ class FashionMnistTest(absltest.TestCase):
     self.assertEqual(d.num_classes, 10)
     self.assertEqual(d.image_shape, (28, 28, 1))
 
-  def test_other_directory_is_read_through_keras(self):
+  def test_other_directory(self):
     directory = self.create_tempdir().full_path
     subset = test_utils.write_fashion_mnist_subset(directory, 50, 20)
     d = data.load('fmnist', directory)
     np.testing.assert_array_equal(d.train_images, subset.train_images)
     np.testing.assert_array_equal(d.test_labels, subset.test_labels)
-    # Loading the default directory again points Keras back at it.
+    # No state is shared between loads: the default directory is whole.
     self.assertLen(data.load_fashion_mnist().train_labels, 60000)
+
+  def test_corrupt_files_are_named(self):
+    directory = self.create_tempdir().full_path
+    test_utils.write_fashion_mnist_subset(directory, 50, 20)
+    labels = os.path.join(directory, 'train-labels-idx1-ubyte.gz')
+    with gzip.open(labels, 'rb') as f:
+      content = f.read()
+    with gzip.open(labels, 'wb') as f:
+      f.write(content[:-5])  # Truncated.
+    with self.assertRaisesRegex(ValueError, 'train-labels.*truncated'):
+      data.load_fashion_mnist(directory)
+    with gzip.open(labels, 'wb') as f:
+      f.write(b'not an idx file')
+    with self.assertRaisesRegex(ValueError, 'not an IDX file'):
+      data.load_fashion_mnist(directory)
+    with gzip.open(labels, 'wb') as f:  # 49 labels for 50 images.
+      f.write(content[:7] + bytes([49]) + content[8:-1])
+    with self.assertRaisesRegex(ValueError, 'do not match'):
+      data.load_fashion_mnist(directory)
 
   def test_missing_files_say_how_to_install(self):
     directory = self.create_tempdir().full_path
