@@ -86,6 +86,40 @@ class ReportTest(absltest.TestCase):
     self.assertTrue(os.path.exists(os.path.join(base, 'a.png')))
     self.assertTrue(os.path.exists(os.path.join(base, 'a_high_fraction.png')))
 
+  def test_reduced_protocol_and_best_round(self):
+    cell = cells.Cell(
+        name='toy3', title='Toy reduced', source='', rounds=40, seeds=(1,),
+        common={}, settings={'a': {}},
+        methods={'base': {}, 'method': {}, 'late': {}}, baseline='base',
+        paper={}, reduced_rounds=20, reduced='Fewer rounds.', best_round=True)
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root):
+      # Base peaks at 0.9 in round 15, and at 0.95 in round 25.
+      _write_run(reproduce.run_dir(cell, 'a', 'base', 1),
+                 [0.5] * 14 + [0.9] + [0.6] * 9 + [0.95] + [0.6] * 15)
+      _write_run(reproduce.run_dir(cell, 'a', 'method', 1),
+                 [0.5] * 19 + [0.92])
+      _write_run(reproduce.run_dir(cell, 'a', 'late', 1), [0.5] * 9 + [0.8])
+      with open(reproduce.write_report(cell)) as f:
+        report = f.read()
+      with open(reproduce.write_index((cell,))) as f:
+        index = f.read()
+    self.assertIn("**Reduced protocol: 20 of the paper's 40 rounds.** Fewer "
+                  'rounds.', report)
+    self.assertIn('| ours, best round | our gain, best round |', report)
+    # Last 10: base 0.6 over rounds 31-40; method (rounds 11-20) 0.542
+    # against base's 0.59 there. Best: 92 against base's 90 up to round 20;
+    # late (10 rounds): 80 against base's 50 up to round 10.
+    self.assertIn('| a | base |  | 60.00 ± 0.00 (1 seed) |  |  | 95.00 ± 0.00 '
+                  '(1 seed) |  | 40 |', report)
+    self.assertIn('| a | method |  | 54.20 ± 0.00 (1 seed) |  | -4.80 ± 0.00 '
+                  'vs base | 92.00 ± 0.00 (1 seed) | +2.00 ± 0.00 vs base | '
+                  '20 (reduced protocol) |', report)
+    self.assertIn('| +30.00 ± 0.00 vs base | 10 (unfinished) |', report)
+    # Finished: base and method (at the planned 20 rounds); late is not.
+    self.assertIn('| toy3 | Toy reduced **reduced: 20 of 40 rounds** | 2 / 3 '
+                  '|', index)
+
   def test_round_time_estimate_follows_baselines_and_models(self):
     cell = cells.Cell(
         name='toy2', title='', source='', rounds=10, seeds=(1,),

@@ -35,8 +35,9 @@ _METHODS = flags.DEFINE_list('methods', None, 'Methods (default: all).')
 _SEEDS = flags.DEFINE_list('seeds', None, 'Seeds (default: the cell\'s).')
 _ROUNDS = flags.DEFINE_integer(
     'rounds', None,
-    'Stop at this many rounds (default: the protocol\'s); the report labels '
-    'a run below the protocol\'s rounds as unfinished.')
+    'Stop at this many rounds (default: the cell\'s planned rounds, its '
+    'reduced protocol\'s where it has one); the report labels a run below '
+    'them as unfinished.')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only the report.')
 _ROOT = flags.DEFINE_string(
     'root', None,
@@ -85,8 +86,8 @@ def run_one(cell, setting, method, seed, rounds) -> None:
                      'resume it.')
 
 
-def _summary(directory: str, protocol_rounds: int):
-  """(last-10 mean accuracy %, rounds run, curve) of a run, or None."""
+def _summary(directory: str, cell: cells.Cell):
+  """(last-10 mean accuracy %, rounds run, curve, ...) of a run, or None."""
   if not _completed_rounds(directory):
     return None
   rows = run_files.read_metrics(directory)
@@ -99,9 +100,24 @@ def _summary(directory: str, protocol_rounds: int):
   seconds = [float(r['round_seconds']) for r in rows if r.get('round_seconds')]
   return collections.OrderedDict(
       accuracy=_window_accuracy((rounds, accuracies), window), rounds=done,
-      complete=done >= protocol_rounds,
+      best=100 * max(accuracies), complete=done >= cell.rounds,
+      planned=done >= cell.planned_rounds,
       round_seconds=float(np.median(seconds)) if seconds else None,
       window=window, curve=(rounds, accuracies))
+
+
+def _best_accuracy(curve, last_round):
+  """Best accuracy (%) of `curve` up to `last_round`, or None."""
+  values = [a for r, a in zip(*curve) if r <= last_round]
+  return 100 * max(values) if values else None
+
+
+def _rounds_label(run) -> str:
+  if run['complete']:
+    return str(run['rounds'])
+  if run['planned']:
+    return f'{run["rounds"]} (reduced protocol)'
+  return f'{run["rounds"]} (unfinished)'
 
 
 def _window_accuracy(curve, window):
@@ -145,21 +161,28 @@ def write_report(cell: cells.Cell) -> str:
            'seeds; test split minus the proxy set for every method. '
            f'Protocol: {cell.rounds} rounds, seeds '
            f'{", ".join(map(str, cell.seeds))}. A run that has not reached '
-           'the protocol\'s rounds is marked unfinished: its number is the '
+           'its planned rounds is marked unfinished: its number is the '
            'mean of its last 10 rounds, and its gain is against the '
-           'baseline over the same rounds.', '',
+           'baseline over the same rounds.', '']
+  if cell.reduced_rounds:
+    lines += [f'**Reduced protocol: {cell.reduced_rounds} of the paper\'s '
+              f'{cell.rounds} rounds.** {cell.reduced}', '']
+  best_columns = (' ours, best round | our gain, best round |'
+                  if cell.best_round else '')
+  lines += [
            'Regenerate: `bazel run //results/fmnist:reproduce -- '
            f'--cell={cell.name}` (resumes unfinished runs).', '',
-           '| setting | method | paper | ours | paper gain | our gain | '
-           'rounds run (per seed) | median s / round |',
-           '|---|---|---|---|---|---|---|---|']
+           '| setting | method | paper | ours | paper gain | our gain |'
+           f'{best_columns} rounds run (per seed) | median s / round |',
+           '|---|---|---|---|---|---|' + '---|' * (2 * cell.best_round)
+           + '---|---|']
   summary = {}
   for setting in cell.settings:
     curves = {}
     for method in cell.methods:
       runs = {}
       for seed in cell.seeds:
-        result = _summary(run_dir(cell, setting, method, seed), cell.rounds)
+        result = _summary(run_dir(cell, setting, method, seed), cell)
         if result is not None:
           runs[seed] = result
       summary[(setting, method)] = runs
@@ -203,15 +226,23 @@ def write_report(cell: cells.Cell) -> str:
       our_gain = (f'{gain[0]:+.2f} ± {gain[1]:.2f} vs {baseline}'
                   if gain and method != baseline else '')
       rounds = ', '.join(
-          f'{r["rounds"]}' + ('' if r['complete'] else ' (unfinished)')
-          for _, r in sorted(runs.items())) or '-'
+          _rounds_label(r) for _, r in sorted(runs.items())) or '-'
+      best = ''
+      if cell.best_round:
+        best_gain = _mean_std([
+            runs[s]['best'] - _best_accuracy(base_runs[s]['curve'],
+                                             runs[s]['rounds'])
+            for s in common])
+        best = f' {_format(_mean_std([r["best"] for r in runs.values()]))} | '
+        best += (f'{best_gain[0]:+.2f} ± {best_gain[1]:.2f} vs {baseline}'
+                 if best_gain and method != baseline else '') + ' |'
       seconds = ', '.join(f'{r["round_seconds"]:.1f}'
                           for _, r in sorted(runs.items())
                           if r['round_seconds'] is not None) or '-'
       lines.append(
           f'| {setting} | {method} | '
           f'{"" if paper is None else f"{paper:.2f}"} | {_format(ours)} | '
-          f'{paper_gain} | {our_gain} | {rounds} | {seconds} |')
+          f'{paper_gain} | {our_gain} |{best} {rounds} | {seconds} |')
   lines += ['', 'Curves (first seed of each method): ' + ', '.join(
       f'[{name}]({name})' for name in sorted(os.listdir(base))
       if name.endswith('.png')), '']
@@ -270,7 +301,8 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
            'Differences every cell shares with TFF: the client optimizer '
            'state is reset every round; a client\'s data is repeated E times '
            'and then batched, so a batch can straddle two epochs.', '',
-           'Hours per run: the protocol\'s rounds times the median round '
+           'Hours per run: the planned rounds (the protocol\'s, or a '
+           'reduced protocol\'s where the cell says so) times the median round '
            'time measured so far on this 2-core machine (per setting and '
            'method, over the runs that exist; a round\'s training only, '
            'evaluation and checkpoints add to it). Hours to go: the rounds '
@@ -289,22 +321,22 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     for setting in cell.settings:
       for method in cell.methods:
         for seed in cell.seeds:
-          result = _summary(run_dir(cell, setting, method, seed), cell.rounds)
+          result = _summary(run_dir(cell, setting, method, seed), cell)
           if result is None:
             continue
           done[(setting, method, seed)] = result['rounds']
-          finished += result['complete']
+          finished += result['planned']
           if result['round_seconds'] is not None:
             seconds[(setting, method)].append(result['round_seconds'])
     hours = ', '.join(
-        f'{setting}/{method} {np.median(s) * cell.rounds / 3600:.1f}'
+        f'{setting}/{method} {np.median(s) * cell.planned_rounds / 3600:.1f}'
         for (setting, method), s in seconds.items()) or 'not measured'
     to_go, unknown = 0.0, 0
     for setting in cell.settings:
       for method in cell.methods:
         for seed in cell.seeds:
           rounds_left = max(
-              0, cell.rounds - done.get((setting, method, seed), 0))
+              0, cell.planned_rounds - done.get((setting, method, seed), 0))
           estimate = _round_seconds(cell, seconds, setting, method)
           if not rounds_left or method in cell.shared:  # Counted there.
             continue
@@ -318,7 +350,10 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     report = os.path.join(cell.name, 'README.md')
     link = (f'[{report}]({report})'
             if os.path.exists(os.path.join(base, report)) else 'not run yet')
-    lines.append(f'| {cell.name} | {cell.title} | {finished} / {planned} | '
+    title = cell.title + (
+        f' **reduced: {cell.reduced_rounds} of {cell.rounds} rounds**'
+        if cell.reduced_rounds else '')
+    lines.append(f'| {cell.name} | {title} | {finished} / {planned} | '
                  f'{hours} | {to_go_text} | {link} |')
   path = os.path.join(base, 'README.md')
   run_files.write_text(path, '\n'.join(lines) + '\n')
@@ -338,7 +373,7 @@ def main(argv):
                        f'{sorted(known)}.')
   if not _REPORT_ONLY.value:
     seeds = [int(s) for s in _SEEDS.value] if _SEEDS.value else cell.seeds
-    rounds = _ROUNDS.value or cell.rounds
+    rounds = _ROUNDS.value or cell.planned_rounds
     for seed in seeds:
       for setting in _SETTINGS.value or cell.settings:
         for method in _METHODS.value or cell.methods:
