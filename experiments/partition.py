@@ -43,16 +43,9 @@ def dirichlet(
   Returns:
     One index array per client.
   """
-  labels = _check_labels(labels, num_clients)
-  if not alpha > 0:
-    raise ValueError(f'alpha must be > 0 for a Dirichlet partition, got {alpha}.')
-  num_classes = _num_classes(labels, num_classes)
-  rng = np.random.RandomState(seed)
-  by_class = []
-  for j in range(num_classes):
-    indices = np.flatnonzero(labels == j)
-    rng.shuffle(indices)
-    by_class.append(indices)
+  labels, rng, by_class = _shuffled_classes(
+      labels, num_clients, alpha, seed, num_classes, 'a Dirichlet')
+  num_classes = len(by_class)
   shares = rng.dirichlet(np.full(num_clients, alpha), size=num_classes).T
   clients = [[] for _ in range(num_clients)]
   for j, indices in enumerate(by_class):
@@ -108,17 +101,9 @@ def label_skew(
   Returns:
     One index array per client.
   """
-  labels = _check_labels(labels, num_clients)
-  if not alpha > 0:
-    raise ValueError(
-        f'alpha must be > 0 for a label-skew partition, got {alpha}.')
-  num_classes = _num_classes(labels, num_classes)
-  rng = np.random.RandomState(seed)
-  pools = []
-  for j in range(num_classes):
-    indices = np.flatnonzero(labels == j)
-    rng.shuffle(indices)
-    pools.append(indices)
+  labels, rng, pools = _shuffled_classes(
+      labels, num_clients, alpha, seed, num_classes, 'a label-skew')
+  num_classes = len(pools)
   left = np.array([len(pool) for pool in pools], dtype=np.int64)
   concentration = alpha * left / len(labels)
   base_size = len(labels) // num_clients
@@ -264,6 +249,24 @@ def _check_labels(labels: np.ndarray, num_clients: int) -> np.ndarray:
   if len(labels) and labels.min() < 0:
     raise ValueError('labels must be >= 0.')
   return labels
+
+
+def _shuffled_classes(labels, num_clients, alpha, seed, num_classes, name):
+  """Checked labels, the `RandomState(seed)`, each class's shuffled indices.
+
+  The first steps of both Dirichlet partitions: the indices grouped by class
+  (dataset order), each class's list shuffled in class order.
+  """
+  labels = _check_labels(labels, num_clients)
+  if not alpha > 0:
+    raise ValueError(f'alpha must be > 0 for {name} partition, got {alpha}.')
+  rng = np.random.RandomState(seed)
+  by_class = []
+  for j in range(_num_classes(labels, num_classes)):
+    indices = np.flatnonzero(labels == j)
+    rng.shuffle(indices)
+    by_class.append(indices)
+  return labels, rng, by_class
 
 
 def _num_classes(labels: np.ndarray, num_classes: Optional[int]) -> int:
