@@ -57,12 +57,19 @@ def read_idx(path: str) -> np.ndarray:
   Raises:
     ValueError: If the file is not such an IDX file or is truncated.
   """
-  with gzip.open(path, 'rb') as f:
-    content = f.read()
+  try:
+    with gzip.open(path, 'rb') as f:
+      content = f.read()
+  except (OSError, EOFError) as e:  # Not gzip, or a cut-off stream.
+    raise ValueError(f'{path} is not a complete gzip file ({e}); reinstall '
+                     'it (Debian: `sudo apt-get install --reinstall '
+                     'dataset-fashion-mnist`).') from e
   if len(content) < 4 or content[:3] != b'\x00\x00\x08':
     raise ValueError(f'{path} is not an IDX file of unsigned bytes.')
   ndim = content[3]
   offset = 4 + 4 * ndim
+  if len(content) < offset:
+    raise ValueError(f'{path} is truncated inside its IDX header.')
   shape = struct.unpack(f'>{ndim}I', content[4:offset])
   values = np.frombuffer(content, np.uint8, offset=offset)
   if values.size != int(np.prod(shape)):

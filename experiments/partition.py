@@ -77,7 +77,7 @@ def label_skew(
   """Equal-size clients with Dirichlet(alpha * p) label mixes (FedGLAD).
 
   The procedure of spec `fedglad.md` section 6.2 (FedGLAD's App. G, after
-  FedNLP's label-skew partition), with `RandomState(seed)`:
+  FedNLP's label-skew partition `niid_label.py`), with `RandomState(seed)`:
   1. group the indices by class (dataset order), shuffle each class's list;
      p is the data set's class distribution;
   2. every client gets floor(N / n) examples; the last takes what is left;
@@ -86,8 +86,12 @@ def label_skew(
      the room left, and the last class takes the room left;
   4. a class that has run out gives what it has, and the shortfall is filled
      from the classes that still have examples, in proportion to what they
-     have left (largest remainders; FedNLP's "dynamic reassigning").
+     have left (largest remainders): the spec's "dynamic reassigning".
   A client's indices are in class order (its data is shuffled when batched).
+  FedNLP's code reassigns differently in detail: it fills a class's
+  shortfall as soon as that class runs out (before later classes take their
+  share), with ceil-rounded counts over the other classes in increasing
+  order of what they have left; clients stay equal-size and as skewed.
   With alpha = 0.1 and 10 balanced classes every concentration is 0.01, so
   most clients hold one or two classes.
 

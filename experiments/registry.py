@@ -101,7 +101,7 @@ def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   """FedAvg (FedAvgM, FedAdam, FedYogi by `--server_optimizer`), or FedProx."""
   client_weighting = tff.learning.ClientWeighting[
       FEDAVG_CLIENT_WEIGHTING.value.upper()]
-  if inputs.proximal_strength > 0:
+  if inputs.proximal_strength:  # A negative one is refused there.
     return client_works.build_weighted_fed_prox(
         model_fn=inputs.model_fn,
         proximal_strength=inputs.proximal_strength,
@@ -218,7 +218,7 @@ def _fedlaw(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     )
   if not inputs.clients_per_round:
     raise ValueError('FedLAW needs the cohort size (clients_per_round).')
-  if inputs.proximal_strength > 0:
+  if inputs.proximal_strength:
     raise ValueError('FedLAW runs FedAvg clients; --proximal_strength is not '
                      'supported with it.')
   if inputs.server_optimizer != 'sgd':
@@ -379,7 +379,7 @@ def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   """FedCDA: per-client model history on the server, cross-round selection."""
   if not inputs.clients_per_round or not inputs.num_clients:
     raise ValueError('FedCDA needs the cohort size and the population.')
-  if inputs.server_optimizer != 'sgd' or inputs.proximal_strength > 0:
+  if inputs.server_optimizer != 'sgd' or inputs.proximal_strength:
     raise ValueError(
         'FedCDA replaces the server optimizer by its selection over FedAvg '
         'client models: use --server_optimizer=sgd (its learning rate is not '

@@ -51,6 +51,14 @@ class FashionMnistTest(absltest.TestCase):
       f.write(b'not an idx file')
     with self.assertRaisesRegex(ValueError, 'not an IDX file'):
       data.load_fashion_mnist(directory)
+    with gzip.open(labels, 'wb') as f:
+      f.write(content[:6])  # Cut inside the header.
+    with self.assertRaisesRegex(ValueError, 'train-labels.*IDX header'):
+      data.load_fashion_mnist(directory)
+    with open(labels, 'wb') as f:
+      f.write(content)  # Not gzipped.
+    with self.assertRaisesRegex(ValueError, 'train-labels.*gzip'):
+      data.load_fashion_mnist(directory)
     with gzip.open(labels, 'wb') as f:  # 49 labels for 50 images.
       f.write(content[:7] + bytes([49]) + content[8:-1])
     with self.assertRaisesRegex(ValueError, 'do not match'):

@@ -75,30 +75,33 @@ class ProximalClientWorkTest(parameterized.TestCase):
       for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
-  def test_zero_strength_is_tff_fed_avg_at_every_learning_rate(self):
+  @parameterized.named_parameters(
+      ('sgdm', tff.learning.optimizers.build_sgdm(0.3, momentum=0.9),
+       dict(learning_rate=0.05, momentum=0.5)),
+      ('adam', tff.learning.optimizers.build_adam(0.1),
+       dict(learning_rate=0.02, beta_1=0.8, beta_2=0.99, epsilon=1e-6)),
+  )
+  def test_zero_strength_is_tff_fed_avg_with_the_state_hparams(
+      self, optimizer, hparams):
+    # The wrapper itself at mu = 0 (the builders send mu = 0 to TFF's own).
     datasets = _datasets(3, seed=1)
-    ours = client_works.build_weighted_fed_prox(
-        model_fn=test_utils.tiny_model_fn, proximal_strength=0.0,
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(
-            0.3, momentum=0.9),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
-    initial = ours.get_model_weights(ours.initialize())
-    for lr in (0.3, 0.05):
-      fedavg = tff.learning.algorithms.build_weighted_fed_avg(
-          test_utils.tiny_model_fn,
-          tff.learning.optimizers.build_sgdm(lr, momentum=0.9),
-          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
-      expected = fedavg.next(
-          fedavg.set_model_weights(fedavg.initialize(), initial), datasets)
-      state = ours.set_model_weights(ours.initialize(), initial)
-      hparams = ours.get_hparams(state)
-      hparams['client_work']['learning_rate'] = np.float32(lr)
-      output = ours.next(ours.set_hparams(state, hparams), datasets)
-      for g, w in zip(ours.get_model_weights(output.state).trainable,
-                      fedavg.get_model_weights(expected.state).trainable):
+    ours = proximal.build_proximal_client_work(
+        test_utils.tiny_model_fn, optimizer, proximal_strength=0.0)
+    weights = client_works.initial_model_weights_fn(test_utils.tiny_model_fn)()
+    state = ours.set_hparams(ours.initialize(), hparams)
+    output = ours.next(state, [weights] * 3, datasets)
+    optimizer_with_hparams = type(optimizer)(**hparams)
+    tff_work = tff.learning.templates.build_model_delta_client_work(
+        test_utils.tiny_model_fn, optimizer_with_hparams,
+        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+    expected = tff_work.next(tff_work.initialize(), [weights] * 3, datasets)
+    self.assertEqual(dict(ours.get_hparams(state)),
+                     dict(tff_work.get_hparams(tff_work.initialize())))
+    for got, want in zip(output.result, expected.result):
+      self.assertEqual(got.update_weight, want.update_weight)
+      for g, w in zip(got.update, want.update):
         np.testing.assert_array_equal(g, w)
-      self.assertEqual(output.metrics['client_work'],
-                       expected.metrics['client_work'])
+    self.assertEqual(output.measurements, expected.measurements)
 
   def test_pulls_towards_the_global_model(self):
     # 40 local steps: without the term the client drifts off; mu lr = 0.5

@@ -90,7 +90,8 @@ class ReportTest(absltest.TestCase):
     cell = cells.Cell(
         name='toy3', title='Toy reduced', source='', rounds=40, seeds=(1,),
         common={}, settings={'a': {}},
-        methods={'base': {}, 'method': {}, 'late': {}}, baseline='base',
+        methods={'base': {}, 'method': {}, 'late': {}, 'long': {}},
+        baseline='base', paired={'long': 'late'},
         paper={}, reduced_rounds=20, reduced='Fewer rounds.', best_round=True)
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
@@ -100,6 +101,9 @@ class ReportTest(absltest.TestCase):
       _write_run(reproduce.run_dir(cell, 'a', 'method', 1),
                  [0.5] * 19 + [0.92])
       _write_run(reproduce.run_dir(cell, 'a', 'late', 1), [0.5] * 9 + [0.8])
+      # Against a shorter baseline (late, 10 rounds): both best over 10.
+      _write_run(reproduce.run_dir(cell, 'a', 'long', 1),
+                 [0.5] * 8 + [0.85] + [0.5] * 10 + [0.99])
       with open(reproduce.write_report(cell)) as f:
         report = f.read()
       with open(reproduce.write_index((cell,))) as f:
@@ -116,8 +120,9 @@ class ReportTest(absltest.TestCase):
                   'vs base | 92.00 ± 0.00 (1 seed) | +2.00 ± 0.00 vs base | '
                   '20 (reduced protocol) |', report)
     self.assertIn('| +30.00 ± 0.00 vs base | 10 (unfinished) |', report)
+    self.assertIn('| +5.00 ± 0.00 vs late | 20 (reduced protocol) |', report)
     # Finished: base and method (at the planned 20 rounds); late is not.
-    self.assertIn('| toy3 | Toy reduced **reduced: 20 of 40 rounds** | 2 / 3 '
+    self.assertIn('| toy3 | Toy reduced **reduced: 20 of 40 rounds** | 3 / 4 '
                   '|', index)
 
   def test_round_time_estimate_follows_baselines_and_models(self):

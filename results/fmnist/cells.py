@@ -190,10 +190,11 @@ FEDCDA = Cell(
     baseline='fedavg',
     reduced_rounds=80,
     reduced=(
-        'A run costs about 130 s per round on this 2-core machine (measured: '
-        'the first two FedAvg rounds at Dirichlet 0.1, seed 0, took 143 and '
-        '125 s), so 200 rounds take about 7 hours and the cell\'s 18 runs '
-        'about 130 hours. Every run stops at round 80 instead; nothing else '
+        'A run costs about 130 s per round on this 2-core machine (measured '
+        'on 2026-11-25: two FedAvg rounds at Dirichlet 0.1, seed 0, took 143 '
+        'and 125 s; an earlier first round took 585 s on a day the machine '
+        'ran 2-4x slower), so 200 rounds take about 7 hours and the cell\'s '
+        '18 runs about 130 hours. Every run stops at round 80 instead; nothing else '
         'changes, and FedCDA\'s warm-up stays at 50 rounds (the spec '
         'forbids changing FedCDA-only knobs to save time). So FedCDA selects '
         'across rounds only in rounds 51-80 (30 rounds instead of 150), every '

@@ -229,10 +229,14 @@ def write_report(cell: cells.Cell) -> str:
           _rounds_label(r) for _, r in sorted(runs.items())) or '-'
       best = ''
       if cell.best_round:
-        best_gain = _mean_std([
-            runs[s]['best'] - _best_accuracy(base_runs[s]['curve'],
-                                             runs[s]['rounds'])
-            for s in common])
+        best_gains = []
+        for s in common:  # Both runs' best over the rounds both reached.
+          last = min(runs[s]['rounds'], base_runs[s]['rounds'])
+          ours_best = _best_accuracy(runs[s]['curve'], last)
+          base_best = _best_accuracy(base_runs[s]['curve'], last)
+          if ours_best is not None and base_best is not None:
+            best_gains.append(ours_best - base_best)
+        best_gain = _mean_std(best_gains)
         best = f' {_format(_mean_std([r["best"] for r in runs.values()]))} | '
         best += (f'{best_gain[0]:+.2f} ± {best_gain[1]:.2f} vs {baseline}'
                  if best_gain and method != baseline else '') + ' |'
