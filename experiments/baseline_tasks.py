@@ -111,6 +111,33 @@ SETTINGS = {
 }
 
 
+def _link_into_keras_cache(path: str, cache_subdir: str) -> None:
+  """Makes Keras' `get_file` find `path` instead of downloading it.
+
+  TFF reads Stack Overflow's vocabulary through Keras' cache (with a pinned
+  hash, so any linked copy has the same content).
+
+  Keras 2.14 looks in `~/.keras/<cache_subdir>` (or `/tmp/.keras/...` when
+  `~/.keras` is not writable) before downloading; a link there to `path`
+  replaces any link to another copy.
+  """
+  base = os.path.join(os.path.expanduser('~'), '.keras')
+  try:
+    os.makedirs(base, exist_ok=True)
+  except OSError:
+    pass
+  if not os.access(base, os.W_OK):
+    base = os.path.join('/tmp', '.keras')  # Keras' own fallback.
+  directory = os.path.join(base, cache_subdir)
+  os.makedirs(directory, exist_ok=True)
+  source = os.path.realpath(path)
+  link = os.path.join(directory, os.path.basename(path))
+  if os.path.islink(link) and os.path.realpath(link) != source:
+    os.remove(link)
+  if not os.path.lexists(link):
+    os.symlink(source, link)
+
+
 def check_data(name: str, cache_dir: str) -> None:
   """Raises `DataNotFoundError` naming each missing file and how to get it."""
   missing = [
@@ -229,7 +256,7 @@ def create_task(
   if not use_synthetic_data:
     # TFF reads the vocabulary through Keras' cache (with a pinned hash),
     # not from `cache_dir`.
-    data_lib.link_into_keras_cache(
+    _link_into_keras_cache(
         os.path.join(cache_dir, 'stackoverflow.word_count.tar.bz2'), 'datasets'
     )
   return tff.simulation.baselines.stackoverflow.create_word_prediction_task(
