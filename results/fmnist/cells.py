@@ -288,6 +288,22 @@ FEDLWS = Cell(
     ),
     paired={'fedprox_lws': 'fedprox'},
     best_round=True,
+    discussion=(
+        'Alpha 0.1, seed 10, FedAvg and FedAvg + LWS (200 rounds each): '
+        'FedAvg 88.74 (paper 88.62), FedAvg + LWS 88.50 (paper 88.99): '
+        '-0.24 against the paper\'s +0.37 (best round: 88.91 and 88.67). '
+        'LWS stayed behind FedAvg throughout (by 0.36, 0.29, 0.25 and 0.25 '
+        'point on average over rounds 1-50, 51-100, 101-150, 151-200), with '
+        'the same smoothness (std of the last 50 rounds 0.15-0.16). Its '
+        'shrink acts early: per-layer gamma 0.979-0.997 on average over '
+        'rounds 1-20 (as low as 0.873), then 0.9997-1.0 over rounds 101-200, '
+        'when tau has fallen to 0.08-0.32, beta*tau sits at the clip\'s '
+        'floor 0.01 and the decayed client learning rate makes the update '
+        'small against the weights. The paper\'s Fashion-MNIST gains are a '
+        'few tenths (spec 7.1 expects them within seed noise); seeds 11 and '
+        '12 are still to run, so this one-seed difference is not yet a '
+        'finding.',
+    ),
 )
 
 FEDSA = Cell(
