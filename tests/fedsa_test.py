@@ -211,6 +211,26 @@ class BuildFedSaProcessTest(absltest.TestCase):
         values=np.zeros([0, 4], np.float32), weights=np.zeros([0], np.float32)))
     np.testing.assert_array_equal(empty.result.trainable[0], np.ones(4))
 
+  def test_high_fraction_overall_weights_tensors_by_size(self):
+    # Tensor 0 is the spec's hand vector (2 of 6 coordinates high); tensor 1
+    # is the same on every client (none high): 2 of all 8 coordinates, not
+    # the mean of the tensors' fractions (1/6).
+    weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
+        trainable=[tff.TensorType(np.float32, [6]),
+                   tff.TensorType(np.float32, [2])], non_trainable=[]))
+    process = fedsa.build_fedsa_finalizer(weights_type, **_OPTIONS)
+    weights = tff.learning.models.ModelWeights(
+        trainable=[np.zeros(6, np.float32), np.zeros(2, np.float32)],
+        non_trainable=[])
+    constant = np.tile(np.array([[0.5, -0.5]], np.float32), (4, 1))
+    output = process.next(process.initialize(), weights, collections.OrderedDict(
+        values=-np.concatenate([_X, constant], axis=1),
+        weights=np.ones(4, np.float32)))
+    np.testing.assert_allclose(output.measurements['high_fraction'],
+                               [2 / 6, 0.0], atol=1e-6)
+    self.assertAlmostEqual(
+        float(output.measurements['high_fraction_overall']), 2 / 8, places=6)
+
   def test_result_does_not_depend_on_client_order(self):
     weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
         trainable=[tff.TensorType(np.float32, [40])], non_trainable=[]))

@@ -23,7 +23,8 @@ _CELL = cells.Cell(
     paper={('a', 'base'): 80.0, ('a', 'method'): 81.5},
     deviations=('Toy deviation.',),
     discussion=('Toy discussion.',),
-    plotted_metrics=('train/finalizer/high_fraction',),
+    plotted_metrics=('train/finalizer/high_fraction_overall',
+                     'train/finalizer/high_fraction'),
 )
 
 
@@ -31,7 +32,8 @@ def _write_run(directory, accuracies, high_fraction=None, seconds=1.0):
   os.makedirs(directory)
   with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
     names = ['key', 'round_seconds', 'test/sparse_categorical_accuracy',
-             'train/finalizer/high_fraction']
+             'train/finalizer/high_fraction',
+             'train/finalizer/high_fraction_overall']
     writer = csv.DictWriter(f, names)
     writer.writeheader()
     for i, accuracy in enumerate(accuracies, start=1):
@@ -39,7 +41,9 @@ def _write_run(directory, accuracies, high_fraction=None, seconds=1.0):
           'key': i, 'round_seconds': seconds,
           'test/sparse_categorical_accuracy': accuracy,
           'train/finalizer/high_fraction':
-              high_fraction and f'[{high_fraction}, {high_fraction / 2}]'})
+              high_fraction and f'[{high_fraction}, {high_fraction / 2}]',
+          'train/finalizer/high_fraction_overall':
+              high_fraction and high_fraction / 4})
 
 
 class ReportTest(absltest.TestCase):
@@ -85,6 +89,22 @@ class ReportTest(absltest.TestCase):
     base = os.path.dirname(path)
     self.assertTrue(os.path.exists(os.path.join(base, 'a.png')))
     self.assertTrue(os.path.exists(os.path.join(base, 'a_high_fraction.png')))
+    self.assertTrue(
+        os.path.exists(os.path.join(base, 'a_high_fraction_overall.png')))
+
+  def test_metric_curves_one_per_tensor_of_a_list_column(self):
+    directory = os.path.join(self.create_tempdir().full_path, 'run')
+    _write_run(directory, [0.5, 0.6, 0.7], high_fraction=0.4)
+    per_tensor = reproduce._metric_curves(
+        directory, 'train/finalizer/high_fraction')
+    self.assertEqual(list(per_tensor), ['tensor 0', 'tensor 1'])
+    self.assertEqual(per_tensor['tensor 0'], ([1, 2, 3], [0.4] * 3))
+    self.assertEqual(per_tensor['tensor 1'], ([1, 2, 3], [0.2] * 3))
+    self.assertEqual(
+        reproduce._metric_curves(directory,
+                                 'train/finalizer/high_fraction_overall'),
+        {'': ([1, 2, 3], [0.1] * 3)})
+    self.assertEqual(reproduce._metric_curves(directory, 'missing'), {})
 
   def test_reduced_protocol_and_best_round(self):
     cell = cells.Cell(

@@ -27,7 +27,8 @@ class Cell:
     paired: Method -> its own baseline where it is not `baseline` (FedAvgM +
       GLAD against FedAvgM).
     plotted_metrics: Per-round metrics (columns of `metrics.csv`; a list
-      value is averaged) plotted for the methods that report them.
+      value, one per trainable tensor, is a curve per tensor) plotted for
+      the methods that report them.
     shared: Method -> (cell, setting) whose runs of that method this cell
       reuses, because their flags are the same (run once, reported twice).
     paper: (setting, method) -> the paper's accuracy in %.
@@ -365,7 +366,8 @@ FEDSA = Cell(
         'FedLWS cell\'s protocol, so it compares with the runs of the other '
         'methods.',
     ),
-    plotted_metrics=('train/finalizer/high_fraction',),
+    plotted_metrics=('train/finalizer/high_fraction_overall',
+                     'train/finalizer/high_fraction'),
     shared={'fedavg': ('fedlws', 'alpha0.1')},
 )
 

@@ -128,14 +128,23 @@ def _window_accuracy(curve, window):
   return 100 * float(np.mean([by_round[r] for r in window]))
 
 
-def _metric_curve(directory: str, column: str):
-  """(rounds, per-round value) of a metrics column; lists are averaged."""
+def _metric_curves(directory: str, column: str):
+  """Label -> (rounds, per-round value) of a metrics column.
+
+  A scalar column is one curve (label ''); a list column (one value per
+  trainable tensor) is one curve per element (label 'tensor i').
+  """
   rounds, values = [], []
   for row in run_files.read_metrics(directory):
     if row.get(column):
       rounds.append(int(row['key']))
-      values.append(float(np.mean(json.loads(row[column]))))
-  return rounds, values
+      values.append(json.loads(row[column]))
+  if not values:
+    return {}
+  if not isinstance(values[0], list):
+    return {'': (rounds, [float(v) for v in values])}
+  return {f'tensor {i}': (rounds, [float(v[i]) for v in values])
+          for i in range(len(values[0]))}
 
 
 def _mean_std(values):
@@ -198,9 +207,10 @@ def write_report(cell: cells.Cell) -> str:
       for method in cell.methods:
         runs = summary[(setting, method)]
         if runs:
-          series[method] = _metric_curve(
+          curves_of_run = _metric_curves(
               run_dir(cell, setting, method, min(runs)), column)
-      series = {m: c for m, c in series.items() if c[0]}
+          for label, curve in curves_of_run.items():
+            series[f'{method}, {label}' if label else method] = curve
       if series:
         name = column.rsplit('/', 1)[-1]
         plotting.plot_accuracy(

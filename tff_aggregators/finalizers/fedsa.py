@@ -333,9 +333,10 @@ def build_fedsa_finalizer(
       ('per_tensor' as Algorithm 1 | 'global').
 
   Returns:
-    A `FinalizerProcess` with empty state. Measurements: `num_clients`, and
-    per trainable tensor `high_fraction` (M_h / M), `clusters` and
-    `unclustered` (vectors over the tensors).
+    A `FinalizerProcess` with empty state. Measurements: `num_clients`,
+    `high_fraction_overall` (the share of all trainable coordinates with
+    high dispersion), and per trainable tensor `high_fraction` (M_h / M),
+    `clusters` and `unclustered` (vectors over the tensors).
 
   Raises:
     ValueError: On an unknown option or value.
@@ -398,8 +399,11 @@ def build_fedsa_finalizer(
                      unclustered=tf.zeros([n], tf.int32))
 
     new, diagnostics = tf.cond(num_clients > 0, aggregate, keep)
+    high_coordinates = tf.reduce_sum(
+        diagnostics['high_fraction'] * tf.constant(sizes, tf.float32))
     measurements = collections.OrderedDict(
         num_clients=num_clients,
+        high_fraction_overall=high_coordinates / float(sum(sizes)),
         high_fraction=diagnostics['high_fraction'],
         clusters=diagnostics['clusters'],
         unclustered=diagnostics['unclustered'],
