@@ -77,12 +77,11 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 | '
                   '300.0, 600.0 |', report)
     self.assertIn('| c | method |  | not run |  |  | - | - |', report)
-    # Seed 2 of the method: the mean of its 5 rounds, labelled unfinished,
-    # and its gain against the baseline's same 5 rounds (55.2): gains +3.0
-    # and -5.2.
-    self.assertIn('| a | method | 81.50 | 66.50 ± 16.50 (2 seeds) | '
-                  '+1.50 vs base | -1.10 ± 4.10 vs base | '
-                  '12, 5 (unfinished) |', report)
+    # Seed 2 of the method stopped after 5 rounds: the mean and the gain
+    # (+3.0) count seed 1 only; the rounds column lists both.
+    self.assertIn('| a | method | 81.50 | 83.00 ± 0.00 (1 seed; seed 2 '
+                  'unfinished, not counted) | +1.50 vs base | +3.00 ± 0.00 '
+                  'vs base | 12, 5 (unfinished) |', report)
     self.assertIn('Toy deviation.', report)
     self.assertIn('Toy discussion.', report)
     self.assertIn('--cell=toy', report)
@@ -139,7 +138,11 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| a | method |  | 54.20 ± 0.00 (1 seed) |  | -4.80 ± 0.00 '
                   'vs base | 92.00 ± 0.00 (1 seed) | +2.00 ± 0.00 vs base | '
                   '20 (reduced protocol) |', report)
-    self.assertIn('| +30.00 ± 0.00 vs base | 10 (unfinished) |', report)
+    # Late has only an unfinished run: counted, its gain against base's
+    # same rounds 1-10 (53 against 50).
+    self.assertIn('| a | late |  | 53.00 ± 0.00 (1 seed) |  | +3.00 ± 0.00 '
+                  'vs base | 80.00 ± 0.00 (1 seed) | +30.00 ± 0.00 vs base | '
+                  '10 (unfinished) |', report)
     self.assertIn('| +5.00 ± 0.00 vs late | 20 (reduced protocol) |', report)
     # Finished: base and method (at the planned 20 rounds); late is not.
     self.assertIn('| toy3 | Toy reduced **reduced: 20 of 40 rounds** | 3 / 4 '

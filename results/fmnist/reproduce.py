@@ -153,11 +153,18 @@ def _mean_std(values):
   return float(np.mean(values)), float(np.std(values)), len(values)
 
 
-def _format(stat):
+def _counted(runs):
+  """The runs a mean over seeds counts: the finished ones, else all."""
+  return {s: r for s, r in runs.items() if r['planned']} or runs
+
+
+def _format(stat, not_counted=()):
   if stat is None:
     return 'not run'
   mean, std, n = stat
-  return f'{mean:.2f} ± {std:.2f} ({n} seed{"s" if n > 1 else ""})'
+  excluded = ''.join(f'; seed {s} unfinished, not counted'
+                     for s in not_counted)
+  return f'{mean:.2f} ± {std:.2f} ({n} seed{"s" if n > 1 else ""}{excluded})'
 
 
 def write_report(cell: cells.Cell) -> str:
@@ -172,7 +179,9 @@ def write_report(cell: cells.Cell) -> str:
            f'{", ".join(map(str, cell.seeds))}. A run that has not reached '
            'its planned rounds is marked unfinished: its number is the '
            'mean of its last 10 rounds, and its gain is against the '
-           'baseline over the same rounds.', '']
+           'baseline over the same rounds. A mean over seeds counts only a '
+           'method\'s finished runs where it has any, else its unfinished '
+           'ones.', '']
   if cell.reduced_rounds:
     lines += [f'**Reduced protocol: {cell.reduced_rounds} of the paper\'s '
               f'{cell.rounds} rounds.** {cell.reduced}', '']
@@ -218,10 +227,11 @@ def write_report(cell: cells.Cell) -> str:
             title=f'{cell.name}: {setting}, {name}', ylabel=name)
     for method in cell.methods:
       runs = summary[(setting, method)]
-      ours = _mean_std([r['accuracy'] for r in runs.values()])
+      counted = _counted(runs)
+      ours = _mean_std([r['accuracy'] for r in counted.values()])
       baseline = cell.baseline_of(method)
       base_runs = summary[(setting, baseline)]
-      common = sorted(set(runs) & set(base_runs))
+      common = sorted(set(counted) & set(base_runs))
       # Against the baseline over the same rounds (an unfinished run is
       # compared with the baseline at the rounds it reached).
       gains = [(runs[s]['accuracy'],
@@ -247,7 +257,8 @@ def write_report(cell: cells.Cell) -> str:
           if ours_best is not None and base_best is not None:
             best_gains.append(ours_best - base_best)
         best_gain = _mean_std(best_gains)
-        best = f' {_format(_mean_std([r["best"] for r in runs.values()]))} | '
+        best_mean = _mean_std([r['best'] for r in counted.values()])
+        best = f' {_format(best_mean)} | '
         best += (f'{best_gain[0]:+.2f} ± {best_gain[1]:.2f} vs {baseline}'
                  if best_gain and method != baseline else '') + ' |'
       seconds = ', '.join(f'{r["round_seconds"]:.1f}'
@@ -255,7 +266,8 @@ def write_report(cell: cells.Cell) -> str:
                           if r['round_seconds'] is not None) or '-'
       lines.append(
           f'| {setting} | {method} | '
-          f'{"" if paper is None else f"{paper:.2f}"} | {_format(ours)} | '
+          f'{"" if paper is None else f"{paper:.2f}"} | '
+          f'{_format(ours, sorted(set(runs) - set(counted)))} | '
           f'{paper_gain} | {our_gain} |{best} {rounds} | {seconds} |')
   lines += ['', 'Curves (first seed of each method): ' + ', '.join(
       f'[{name}]({name})' for name in sorted(os.listdir(base))
