@@ -81,7 +81,7 @@ class ReportTest(absltest.TestCase):
     # (+3.0) count seed 1 only; the rounds column lists both.
     self.assertIn('| a | method | 81.50 | 83.00 ± 0.00 (1 seed; seed 2 '
                   'unfinished, not counted) | +1.50 vs base | +3.00 ± 0.00 '
-                  'vs base | 12, 5 (unfinished) |', report)
+                  'vs base (1 seed) | 12, 5 (unfinished) |', report)
     self.assertIn('Toy deviation.', report)
     self.assertIn('Toy discussion.', report)
     self.assertIn('--cell=toy', report)
@@ -90,6 +90,24 @@ class ReportTest(absltest.TestCase):
     self.assertTrue(os.path.exists(os.path.join(base, 'a_high_fraction.png')))
     self.assertTrue(
         os.path.exists(os.path.join(base, 'a_high_fraction_overall.png')))
+
+  def test_gain_names_the_seeds_it_pairs(self):
+    cell = cells.Cell(
+        name='toy4', title='', source='', rounds=12, seeds=(1, 2),
+        common={}, settings={'a': {}},
+        methods={'base': {}, 'method': {}}, baseline='base', paper={})
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root):
+      _write_run(reproduce.run_dir(cell, 'a', 'base', 1), [0.80] * 12)
+      _write_run(reproduce.run_dir(cell, 'a', 'base', 2), [0.70] * 5)
+      for seed, level in ((1, 0.83), (2, 0.87)):
+        _write_run(reproduce.run_dir(cell, 'a', 'method', seed), [level] * 12)
+      with open(reproduce.write_report(cell)) as f:
+        report = f.read()
+    # The mean counts both of the method's seeds; the gain pairs seed 1 only,
+    # as base's seed 2 has not reached rounds 3-12.
+    self.assertIn('| a | method |  | 85.00 ± 2.00 (2 seeds) |  | +3.00 ± 0.00 '
+                  'vs base (1 seed) | 12, 12 |', report)
 
   def test_metric_curves_one_per_tensor_of_a_list_column(self):
     directory = os.path.join(self.create_tempdir().full_path, 'run')
@@ -136,14 +154,19 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| a | base |  | 60.00 ± 0.00 (1 seed) |  |  | 95.00 ± 0.00 '
                   '(1 seed) |  | 40 |', report)
     self.assertIn('| a | method |  | 54.20 ± 0.00 (1 seed) |  | -4.80 ± 0.00 '
-                  'vs base | 92.00 ± 0.00 (1 seed) | +2.00 ± 0.00 vs base | '
+                  'vs base (1 seed) | 92.00 ± 0.00 (1 seed) | +2.00 ± 0.00 vs '
+                  'base (1 seed) | '
                   '20 (reduced protocol) |', report)
     # Late has only an unfinished run: counted, its gain against base's
     # same rounds 1-10 (53 against 50).
     self.assertIn('| a | late |  | 53.00 ± 0.00 (1 seed) |  | +3.00 ± 0.00 '
-                  'vs base | 80.00 ± 0.00 (1 seed) | +30.00 ± 0.00 vs base | '
+                  'vs base (1 seed) | 80.00 ± 0.00 (1 seed) | +30.00 ± 0.00 vs '
+                  'base (1 seed) | '
                   '10 (unfinished) |', report)
-    self.assertIn('| +5.00 ± 0.00 vs late | 20 (reduced protocol) |', report)
+    # Long's last 10 rounds (11-20) are past late's 10: no last-10 gain.
+    self.assertIn('| a | long |  | 54.90 ± 0.00 (1 seed) |  |  | 99.00 ± 0.00 '
+                  '(1 seed) | +5.00 ± 0.00 vs late (1 seed) | 20 (reduced '
+                  'protocol) |', report)
     # Finished: base and method (at the planned 20 rounds); late is not.
     self.assertIn('| toy3 | Toy reduced **reduced: 20 of 40 rounds** | 3 / 4 '
                   '|', index)

@@ -167,6 +167,15 @@ def _format(stat, not_counted=()):
   return f'{mean:.2f} ± {std:.2f} ({n} seed{"s" if n > 1 else ""}{excluded})'
 
 
+def _format_gain(stat, baseline):
+  """A gain over seeds, naming its baseline and how many seeds it pairs."""
+  if stat is None:
+    return ''
+  mean, std, n = stat
+  return (f'{mean:+.2f} ± {std:.2f} vs {baseline} '
+          f'({n} seed{"s" if n > 1 else ""})')
+
+
 def write_report(cell: cells.Cell) -> str:
   """Writes `results/fmnist/<cell>/README.md` and the curves; returns path."""
   base = os.path.join(_root(), 'results', 'fmnist', cell.name)
@@ -181,7 +190,9 @@ def write_report(cell: cells.Cell) -> str:
            'mean of its last 10 rounds, and its gain is against the '
            'baseline over the same rounds. A mean over seeds counts only a '
            'method\'s finished runs where it has any, else its unfinished '
-           'ones.', '']
+           'ones. A gain pairs each counted seed with the baseline\'s run of '
+           'that seed, leaves out a seed whose baseline has not reached the '
+           'rounds compared, and names how many seeds it pairs.', '']
   if cell.reduced_rounds:
     lines += [f'**Reduced protocol: {cell.reduced_rounds} of the paper\'s '
               f'{cell.rounds} rounds.** {cell.reduced}', '']
@@ -243,8 +254,7 @@ def write_report(cell: cells.Cell) -> str:
       paper_gain = (f'{paper - paper_base:+.2f} vs {baseline}'
                     if paper is not None and paper_base is not None
                     and method != baseline else '')
-      our_gain = (f'{gain[0]:+.2f} ± {gain[1]:.2f} vs {baseline}'
-                  if gain and method != baseline else '')
+      our_gain = _format_gain(gain if method != baseline else None, baseline)
       rounds = ', '.join(
           _rounds_label(r) for _, r in sorted(runs.items())) or '-'
       best = ''
@@ -259,8 +269,8 @@ def write_report(cell: cells.Cell) -> str:
         best_gain = _mean_std(best_gains)
         best_mean = _mean_std([r['best'] for r in counted.values()])
         best = f' {_format(best_mean)} | '
-        best += (f'{best_gain[0]:+.2f} ± {best_gain[1]:.2f} vs {baseline}'
-                 if best_gain and method != baseline else '') + ' |'
+        best += _format_gain(best_gain if method != baseline else None,
+                             baseline) + ' |'
       seconds = ', '.join(f'{r["round_seconds"]:.1f}'
                           for _, r in sorted(runs.items())
                           if r['round_seconds'] is not None) or '-'
