@@ -158,13 +158,17 @@ def _counted(runs):
   return {s: r for s, r in runs.items() if r['planned']} or runs
 
 
+def _seeds(n):
+  return f'{n} seed{"s" if n > 1 else ""}'
+
+
 def _format(stat, not_counted=()):
   if stat is None:
     return 'not run'
   mean, std, n = stat
   excluded = ''.join(f'; seed {s} unfinished, not counted'
                      for s in not_counted)
-  return f'{mean:.2f} ± {std:.2f} ({n} seed{"s" if n > 1 else ""}{excluded})'
+  return f'{mean:.2f} ± {std:.2f} ({_seeds(n)}{excluded})'
 
 
 def _format_gain(stat, baseline):
@@ -172,8 +176,7 @@ def _format_gain(stat, baseline):
   if stat is None:
     return ''
   mean, std, n = stat
-  return (f'{mean:+.2f} ± {std:.2f} vs {baseline} '
-          f'({n} seed{"s" if n > 1 else ""})')
+  return f'{mean:+.2f} ± {std:.2f} vs {baseline} ({_seeds(n)})'
 
 
 def write_report(cell: cells.Cell) -> str:
@@ -242,7 +245,9 @@ def write_report(cell: cells.Cell) -> str:
       ours = _mean_std([r['accuracy'] for r in counted.values()])
       baseline = cell.baseline_of(method)
       base_runs = summary[(setting, baseline)]
-      common = sorted(set(counted) & set(base_runs))
+      # The baseline has no gain over itself.
+      common = (sorted(set(counted) & set(base_runs))
+                if method != baseline else [])
       # Against the baseline over the same rounds (an unfinished run is
       # compared with the baseline at the rounds it reached).
       gains = [(runs[s]['accuracy'],
@@ -254,7 +259,7 @@ def write_report(cell: cells.Cell) -> str:
       paper_gain = (f'{paper - paper_base:+.2f} vs {baseline}'
                     if paper is not None and paper_base is not None
                     and method != baseline else '')
-      our_gain = _format_gain(gain if method != baseline else None, baseline)
+      our_gain = _format_gain(gain, baseline)
       rounds = ', '.join(
           _rounds_label(r) for _, r in sorted(runs.items())) or '-'
       best = ''
@@ -269,8 +274,7 @@ def write_report(cell: cells.Cell) -> str:
         best_gain = _mean_std(best_gains)
         best_mean = _mean_std([r['best'] for r in counted.values()])
         best = f' {_format(best_mean)} | '
-        best += _format_gain(best_gain if method != baseline else None,
-                             baseline) + ' |'
+        best += _format_gain(best_gain, baseline) + ' |'
       seconds = ', '.join(f'{r["round_seconds"]:.1f}'
                           for _, r in sorted(runs.items())
                           if r['round_seconds'] is not None) or '-'
