@@ -1,7 +1,9 @@
 """A run directory's files, readable without TensorFlow.
 
 `metrics.csv` (one row per round, written by the training loop's
-`tff.program.CSVFileReleaseManager`) and `summary.json`.
+`tff.program.CSVFileReleaseManager`), `summary.json`, and where the loop's
+`tff.program.FileProgramStateManager` keeps the state of a round and
+where `tff.program.TensorBoardReleaseManager` writes.
 """
 
 import csv
@@ -13,6 +15,15 @@ import numpy as np
 
 METRICS_CSV = 'metrics.csv'
 SUMMARY_JSON = 'summary.json'
+CHECKPOINT_DIR = 'checkpoints'
+CHECKPOINT_PREFIX = 'program_state_'
+TENSORBOARD_DIR = 'tensorboard'
+
+
+def checkpoint_path(output_dir: str, round_num: int) -> str:
+  """The directory of a run's saved state of `round_num` (may not exist)."""
+  return os.path.join(output_dir, CHECKPOINT_DIR,
+                      f'{CHECKPOINT_PREFIX}{round_num}')
 
 
 def write_text(path: str, text: str) -> None:

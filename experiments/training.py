@@ -39,8 +39,8 @@ write_json = run_files.write_json
 read_metrics = run_files.read_metrics
 accuracy_curve = run_files.accuracy_curve
 ACCURACY_PNG = 'accuracy.png'
-CHECKPOINT_DIR = 'checkpoints'
-TENSORBOARD_DIR = 'tensorboard'
+CHECKPOINT_DIR = run_files.CHECKPOINT_DIR
+TENSORBOARD_DIR = run_files.TENSORBOARD_DIR
 _MAX_SHUFFLE_BUFFER = 100_000
 
 
@@ -279,7 +279,9 @@ async def _train(
   if config.schedules_client_lr:  # Fails now, not after the first round.
     _set_client_learning_rate(process, state, config.client_lr)
   state_manager = tff.program.FileProgramStateManager(
-      os.path.join(config.output_dir, CHECKPOINT_DIR), keep_total=2
+      os.path.join(config.output_dir, CHECKPOINT_DIR),
+      prefix=run_files.CHECKPOINT_PREFIX,
+      keep_total=2,
   )
   metrics_manager = tff.program.GroupingReleaseManager([
       tff.program.CSVFileReleaseManager(

@@ -1,11 +1,15 @@
 """The reproduction report: numbers from the run files, labels, commands."""
 
 import csv
+import dataclasses
 import os
+import shutil
+from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import flagsaver
 
+from experiments import run_files
 from results.fmnist import cells
 from results.fmnist import reproduce
 
@@ -46,6 +50,63 @@ def _write_run(directory, accuracies, high_fraction=None, seconds=1.0):
               high_fraction and high_fraction / 4})
 
 
+def _accuracies(directory):
+  return [round(float(r['test/sparse_categorical_accuracy']), 6)
+          for r in run_files.read_metrics(directory)]
+
+
+class _FakeRuns:
+  """Stands in for the binary: a run's round r has accuracy r / 100 (+ 0.001
+  for every method but `method`) and takes 100 s (`method`) or 1 s, and it
+  keeps the first and the latest checkpoint, as the training loop does."""
+
+  def __enter__(self):
+    self.calls, self.resumed_from = [], []
+    self._patch = mock.patch.object(reproduce, '_run', self._record)
+    self._patch.start()
+    return self
+
+  def __exit__(self, *args):
+    self._patch.stop()
+
+  def _record(self, cell, setting, method, seed, rounds):
+    self.calls.append((method, rounds))
+    directory = reproduce.run_dir(cell, setting, method, seed)
+    checkpoints = os.path.join(directory, 'checkpoints')
+    if os.path.isdir(checkpoints):
+      latest = max(os.listdir(checkpoints), key=lambda n: int(n.split('_')[-1]))
+      with open(os.path.join(checkpoints, latest, 'state')) as f:
+        self.resumed_from.append(f.read())
+    self.run(cell, setting, method, seed, rounds)
+
+  @staticmethod
+  def run(cell, setting, method, seed, rounds):
+    directory = reproduce.run_dir(cell, setting, method, seed)
+    done = reproduce._completed_rounds(directory)  # pylint: disable=protected-access
+    if done >= rounds:
+      return
+    os.makedirs(directory, exist_ok=True)
+    rows = run_files.read_metrics(directory) if done else []
+    column = 'test/sparse_categorical_accuracy'
+    offset = 0 if method == 'method' else 0.001
+    rows += [{'key': r, column: r / 100 + offset,
+              'round_seconds': 1 + 99 * (method == 'method')}
+             for r in range(done + 1, rounds + 1)]
+    with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
+      writer = csv.DictWriter(f, ['key', column, 'round_seconds'])
+      writer.writeheader()
+      writer.writerows(rows)
+    checkpoints = os.path.join(directory, 'checkpoints')
+    for name in os.listdir(checkpoints) if os.path.isdir(checkpoints) else ():
+      if name != 'program_state_0':
+        shutil.rmtree(os.path.join(checkpoints, name))
+    for version in (0, rounds):
+      path = run_files.checkpoint_path(directory, version)
+      os.makedirs(path, exist_ok=True)
+      with open(os.path.join(path, 'state'), 'w') as f:
+        f.write(f'{method} {version}')
+
+
 class ReportTest(absltest.TestCase):
 
   def test_table_reports_last_ten_rounds_gains_and_unfinished_runs(self):
@@ -60,6 +121,9 @@ class ReportTest(absltest.TestCase):
                  [0.1, 0.2] + [0.83] * 10, high_fraction=0.3, seconds=1800.0)
       _write_run(reproduce.run_dir(_CELL, 'a', 'method', 2),
                  [0.5] * 5, high_fraction=0.2, seconds=1800.0)
+      stale = os.path.join(root, 'results', 'fmnist', 'toy', 'b.png')
+      with open(stale, 'w') as f:  # A plot of setting b's runs, now gone.
+        f.write('png')
       path = reproduce.write_report(_CELL)
       with open(reproduce.write_index()) as f:
         self.assertIn('| fedlaw |', f.read())
@@ -90,6 +154,11 @@ class ReportTest(absltest.TestCase):
     self.assertTrue(os.path.exists(os.path.join(base, 'a_high_fraction.png')))
     self.assertTrue(
         os.path.exists(os.path.join(base, 'a_high_fraction_overall.png')))
+    self.assertFalse(os.path.exists(stale))
+    self.assertIn('Curves (first seed of each method): [a.png](a.png), '
+                  '[a_high_fraction.png](a_high_fraction.png), '
+                  '[a_high_fraction_overall.png](a_high_fraction_overall.png)'
+                  '\n', report)
 
   def test_gain_names_the_seeds_it_pairs(self):
     cell = cells.Cell(
@@ -202,6 +271,68 @@ class ReportTest(absltest.TestCase):
     self.assertNotEqual(
         reproduce.run_dir(fedsa, 'alpha0.1', 'fedsa', 10),
         reproduce.run_dir(cells.CELLS['fedlws'], 'alpha0.1', 'fedavg', 10))
+
+  def test_forked_run_starts_from_the_source_checkpoint(self):
+    cell = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root), _FakeRuns() as runs:
+      reproduce.run_one(cell, 'a', 'base', 1, 8)
+      self.assertEqual(runs.calls, [('method', 3), ('base', 8)])
+      base = reproduce.run_dir(cell, 'a', 'base', 1)
+      # Rounds 1-3 are the source's, 4-8 the fork's own.
+      self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03, 0.041, 0.051,
+                                           0.061, 0.071, 0.081])
+      self.assertEqual(runs.resumed_from[-1], 'method 3')
+      self.assertFalse(os.path.exists(base + '.forking'))
+      runs.calls.clear()
+      reproduce.run_one(cell, 'a', 'method', 1, 8)  # Fork made: no stop.
+      self.assertEqual(runs.calls, [('method', 8)])
+      with open(reproduce.write_report(cell)) as f:
+        self.assertIn('| a | base | 80.00 | 4.56 ± 0.00 (1 seed) |  |  | 8 '
+                      '(unfinished), rounds 1-3 from method_seed1 | 1.0 |',
+                      f.read())  # Its own rounds' time, not the source's.
+
+  def test_fork_source_stops_at_the_fork_round_first(self):
+    cell = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root), _FakeRuns() as runs:
+      reproduce.run_one(cell, 'a', 'method', 1, 8)
+      self.assertEqual(runs.calls, [('method', 3), ('method', 8)])
+      base = reproduce.run_dir(cell, 'a', 'base', 1)
+      self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03])
+      self.assertTrue(os.path.isdir(os.path.join(
+          base, 'checkpoints', 'program_state_3')))
+
+  def test_fork_without_the_checkpoint_runs_from_round_one(self):
+    cell = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root), _FakeRuns() as runs:
+      reproduce.run_one(cell, 'a', 'method', 1, 2)  # Below the fork round.
+      self.assertFalse(os.path.exists(reproduce.run_dir(cell, 'a', 'base', 1)))
+      _FakeRuns.run(cell, 'a', 'method', 1, 5)  # Past it, without forking.
+      runs.calls.clear()
+      with self.assertLogs(level='WARNING') as logs:
+        reproduce.run_one(cell, 'a', 'base', 1, 8)
+      self.assertIn('starts from round 1', logs.output[0])
+      self.assertEqual(runs.calls, [('method', 3), ('base', 8)])
+      base = reproduce.run_dir(cell, 'a', 'base', 1)
+      self.assertEqual(_accuracies(base)[:3], [0.011, 0.021, 0.031])
+      self.assertFalse(os.path.exists(os.path.join(base, 'fork.json')))
+
+  def test_forks_differ_from_their_source_only_after_the_fork(self):
+    fedcda = cells.CELLS['fedcda']
+    self.assertNotEmpty(fedcda.forks)
+    for cell in cells.CELLS.values():
+      for method, (source, fork_round) in cell.forks.items():
+        for setting in cell.settings:
+          flags, source_flags = (cell.run_flags(setting, m)
+                                 for m in (method, source))
+          changed = {k for k in flags.keys() | source_flags.keys()
+                     if flags.get(k) != source_flags.get(k)}
+          # Only the warm-up differs, and neither leaves it before the fork.
+          self.assertEqual(changed, {'fedcda_warmup'}, cell.name)
+          self.assertGreaterEqual(source_flags['fedcda_warmup'], fork_round)
+          self.assertGreaterEqual(flags['fedcda_warmup'], cell.rounds)
 
   def test_cells_use_known_methods_and_settings(self):
     for cell in cells.CELLS.values():

@@ -31,6 +31,11 @@ class Cell:
       the methods that report them.
     shared: Method -> (cell, setting) whose runs of that method this cell
       reuses, because their flags are the same (run once, reported twice).
+    forks: Method -> (source method, round): the method computes the same
+      as the source up to that round (FedAvg is FedCDA in its warm-up), so
+      its run starts from the source run's checkpoint of that round (same
+      setting and seed), with the source's rows up to it; where that
+      checkpoint is gone, it runs from round 1.
     paper: (setting, method) -> the paper's accuracy in %.
     deviations: What the runs do differently from the paper, and why.
     discussion: Our numbers against the paper's, written after the runs it
@@ -58,6 +63,7 @@ class Cell:
   paired: dict[str, str] = dataclasses.field(default_factory=dict)
   plotted_metrics: tuple[str, ...] = ()
   shared: dict[str, tuple[str, str]] = dataclasses.field(default_factory=dict)
+  forks: dict[str, tuple[str, int]] = dataclasses.field(default_factory=dict)
   reduced_rounds: Optional[int] = None
   reduced: str = ''
   best_round: bool = False
@@ -162,6 +168,12 @@ FEDLAW = Cell(
     ),
 )
 
+_FEDCDA_WARMUP = 50
+_FEDCDA = dict(aggregator='fedcda', fedcda_batches=3, fedcda_l=1.0,
+               fedcda_history='memory')
+# A warm-up no run reaches: FedCDA's warm-up aggregation is FedAvg's.
+_FEDCDA_NEVER_SELECTS = 1_000_000
+
 FEDCDA = Cell(
     name='fedcda',
     title='FedCDA, Table 1 (N = 20, P = 4, E = 20, simple CNN)',
@@ -181,21 +193,21 @@ FEDCDA = Cell(
         'shards2': dict(partition='shards', shards_per_client=2),
     },
     methods={
-        'fedavg': dict(aggregator='fedavg'),
-        'fedcda': dict(aggregator='fedcda', fedcda_k=3, fedcda_batches=3,
-                       fedcda_l=1.0, fedcda_warmup=50, fedcda_history='memory'),
-        'fedcda_k1': dict(aggregator='fedcda', fedcda_k=1, fedcda_batches=3,
-                          fedcda_l=1.0, fedcda_warmup=50,
-                          fedcda_history='memory'),
+        'fedavg': dict(_FEDCDA, fedcda_k=3,
+                       fedcda_warmup=_FEDCDA_NEVER_SELECTS),
+        'fedcda': dict(_FEDCDA, fedcda_k=3, fedcda_warmup=_FEDCDA_WARMUP),
+        'fedcda_k1': dict(_FEDCDA, fedcda_k=1, fedcda_warmup=_FEDCDA_WARMUP),
     },
     baseline='fedavg',
+    forks={'fedavg': ('fedcda', _FEDCDA_WARMUP)},
     reduced_rounds=80,
     reduced=(
-        'A run costs about 130 s per round on this 2-core machine (measured '
-        'on 2026-11-25: two FedAvg rounds at Dirichlet 0.1, seed 0, took 143 '
-        'and 125 s; an earlier first round took 585 s on a day the machine '
-        'ran 2-4x slower), so 200 rounds take about 7 hours and the cell\'s '
-        '18 runs about 130 hours. Every run stops at round 80 instead; nothing else '
+        'A round costs 80-420 s on this 2-core machine, following the '
+        'examples its 4 clients hold (FedCDA at Dirichlet 0.1, seed 0: '
+        'median 214 s over rounds 1-10; two FedAvg rounds took 143 and '
+        '125 s), so 200 rounds take 7-12 hours and the cell\'s runs (FedAvg '
+        'forked at round 50, below) about 120-200 hours. Every run stops at '
+        'round 80 instead; nothing else '
         'changes, and FedCDA\'s warm-up stays at 50 rounds (the spec '
         'forbids changing FedCDA-only knobs to save time). So FedCDA selects '
         'across rounds only in rounds 51-80 (30 rounds instead of 150), every '
@@ -212,6 +224,17 @@ FEDCDA = Cell(
         ('shards2', 'fedcda'): 66.30,
     },
     deviations=(
+        'FedAvg is run as FedCDA that never leaves its warm-up '
+        '(--fedcda_warmup=1000000): the warm-up aggregates as FedAvg does '
+        '(weighted by examples, server learning rate 1; '
+        '`tests/fedcda_test.py` test_long_warmup_is_fedavg checks it). So '
+        'FedAvg\'s rounds 1-50 are the same computation as FedCDA\'s, and '
+        'FedAvg starts from the FedCDA run\'s checkpoint of round 50 (same '
+        'seed, same cohorts) with its rows 1-50, instead of recomputing '
+        'them (about 2.5 hours per setting and seed). The paper ran FedAvg '
+        'separately; here the two runs differ only in what FedCDA changes, '
+        'and their curves coincide up to round 50. A FedAvg run marked '
+        '"from round 1" was not forked (the checkpoint was gone).',
         'FedCDA\'s history (20 clients x 4 slots x 1.66M parameters = '
         '530 MB) is kept in the driver (--fedcda_history=memory), which '
         'computes the same models as the in-state version.',

@@ -8,15 +8,19 @@ r"""Runs a Fashion-MNIST reproduction cell and writes its report.
 Each run is `//experiments:fmnist` in its own process, writing to
 `results/fmnist/<cell>/<setting>/<method>_seed<seed>/`; a run that stopped
 (killed, or a session that ended) resumes from its checkpoint when the same
-command is given again, and finished runs are skipped. The report
+command is given again, and finished runs are skipped. A run that computes
+the same as another up to some round (`Cell.forks`) starts from that run's
+checkpoint of that round. The report
 (`results/fmnist/<cell>/README.md`, curves as PNG) is rewritten from whatever
 runs exist, and says how many rounds each one has reached: a number from an
 unfinished run is labelled as such.
 """
 
 import collections
+import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -68,8 +72,75 @@ def _completed_rounds(directory: str) -> int:
   return len(run_files.read_metrics(directory))
 
 
+FORK_JSON = 'fork.json'
+
+
+def _fork(cell, setting, method, seed) -> bool:
+  """Starts `method`'s run from its source's checkpoint (`Cell.forks`).
+
+  The new run directory gets the source's checkpoint of the fork round, its
+  metrics rows up to it, its TensorBoard events and `fork.json` naming both;
+  it is assembled beside the run directory and renamed into place, so a kill
+  leaves either no fork or a whole one. Returns False (nothing made) where
+  the source has no checkpoint of that round.
+  """
+  source_method, fork_round = cell.forks[method]
+  source = run_dir(cell, setting, source_method, seed)
+  checkpoint = run_files.checkpoint_path(source, fork_round)
+  if not os.path.isdir(checkpoint):
+    return False
+  directory = run_dir(cell, setting, method, seed)
+  staging = f'{directory}.forking'
+  shutil.rmtree(staging, ignore_errors=True)
+  shutil.copytree(checkpoint, run_files.checkpoint_path(staging, fork_round))
+  with open(os.path.join(source, run_files.METRICS_CSV)) as f:
+    reader = csv.DictReader(f)
+    rows = [r for r in reader if int(r['key']) <= fork_round]
+    columns = reader.fieldnames
+  with open(os.path.join(staging, run_files.METRICS_CSV), 'w') as f:
+    writer = csv.DictWriter(f, fieldnames=columns)
+    writer.writeheader()
+    writer.writerows(rows)
+  events = os.path.join(source, run_files.TENSORBOARD_DIR)
+  if os.path.isdir(events):
+    shutil.copytree(events, os.path.join(staging, run_files.TENSORBOARD_DIR))
+  run_files.write_json(os.path.join(staging, FORK_JSON), dict(
+      source=os.path.relpath(source, os.path.dirname(directory)),
+      round=fork_round))
+  os.replace(staging, directory)
+  logging.info('%s: forked from %s at round %d.', directory, source,
+               fork_round)
+  return True
+
+
 def run_one(cell, setting, method, seed, rounds) -> None:
-  """Runs (or resumes) one run of the cell up to `rounds`."""
+  """Runs (or resumes) one run of the cell up to `rounds`.
+
+  A method forked from another (`Cell.forks`) first has the source run to
+  the fork round and starts from its checkpoint; a source stops at the fork
+  round until its forks are made, since its later checkpoints replace that
+  one.
+  """
+  directory = run_dir(cell, setting, method, seed)
+  if method in cell.forks and not os.path.exists(directory):
+    source_method, fork_round = cell.forks[method]
+    if rounds > fork_round:
+      run_one(cell, setting, source_method, seed, fork_round)
+      if not _fork(cell, setting, method, seed):
+        logging.warning(
+            '%s: the %s run of seed %d has no checkpoint of round %d any '
+            'more, so this run starts from round 1.', directory,
+            source_method, seed, fork_round)
+  for forked, (source_method, fork_round) in cell.forks.items():
+    if (source_method == method and rounds > fork_round
+        and not os.path.exists(run_dir(cell, setting, forked, seed))):
+      _run(cell, setting, method, seed, min(rounds, fork_round))
+      _fork(cell, setting, forked, seed)
+  _run(cell, setting, method, seed, rounds)
+
+
+def _run(cell, setting, method, seed, rounds) -> None:
+  """Runs the binary for one run up to `rounds`, unless it is there."""
   directory = run_dir(cell, setting, method, seed)
   if _completed_rounds(directory) >= rounds:
     logging.info('%s: done (%d rounds).', directory, rounds)
@@ -97,13 +168,20 @@ def _summary(directory: str, cell: cells.Cell):
     return None
   done = len(rows)
   window = [r for r in rounds if r > done - _LAST_ROUNDS]
-  seconds = [float(r['round_seconds']) for r in rows if r.get('round_seconds')]
+  fork = os.path.join(directory, FORK_JSON)
+  forked = None
+  if os.path.exists(fork):
+    with open(fork) as f:
+      forked = json.load(f)
+  own_from = forked['round'] if forked else 0  # The source timed the rest.
+  seconds = [float(r['round_seconds']) for r in rows
+             if r.get('round_seconds') and int(r['key']) > own_from]
   return collections.OrderedDict(
       accuracy=_window_accuracy((rounds, accuracies), window), rounds=done,
       best=100 * max(accuracies), complete=done >= cell.rounds,
       planned=done >= cell.planned_rounds,
       round_seconds=float(np.median(seconds)) if seconds else None,
-      window=window, curve=(rounds, accuracies))
+      window=window, curve=(rounds, accuracies), forked=forked)
 
 
 def _best_accuracy(curve, last_round):
@@ -114,10 +192,15 @@ def _best_accuracy(curve, last_round):
 
 def _rounds_label(run) -> str:
   if run['complete']:
-    return str(run['rounds'])
-  if run['planned']:
-    return f'{run["rounds"]} (reduced protocol)'
-  return f'{run["rounds"]} (unfinished)'
+    label = str(run['rounds'])
+  elif run['planned']:
+    label = f'{run["rounds"]} (reduced protocol)'
+  else:
+    label = f'{run["rounds"]} (unfinished)'
+  if run['forked']:
+    label += (f', rounds 1-{run["forked"]["round"]} from '
+              f'{os.path.basename(run["forked"]["source"])}')
+  return label
 
 
 def _window_accuracy(curve, window):
@@ -209,6 +292,7 @@ def write_report(cell: cells.Cell) -> str:
            '|---|---|---|---|---|---|' + '---|' * (2 * cell.best_round)
            + '---|---|']
   summary = {}
+  plotted = []
   for setting in cell.settings:
     curves = {}
     for method in cell.methods:
@@ -222,8 +306,9 @@ def write_report(cell: cells.Cell) -> str:
         first = runs[min(runs)]
         curves[f'{method} (seed {min(runs)})'] = first['curve']
     if curves:
+      plotted.append(f'{setting}.png')
       plotting.plot_accuracy(
-          curves, os.path.join(base, f'{setting}.png'),
+          curves, os.path.join(base, plotted[-1]),
           title=f'{cell.name}: {setting}')
     for column in cell.plotted_metrics:
       series = {}
@@ -236,8 +321,9 @@ def write_report(cell: cells.Cell) -> str:
             series[f'{method}, {label}' if label else method] = curve
       if series:
         name = column.rsplit('/', 1)[-1]
+        plotted.append(f'{setting}_{name}.png')
         plotting.plot_accuracy(
-            series, os.path.join(base, f'{setting}_{name}.png'),
+            series, os.path.join(base, plotted[-1]),
             title=f'{cell.name}: {setting}, {name}', ylabel=name)
     for method in cell.methods:
       runs = summary[(setting, method)]
@@ -283,9 +369,11 @@ def write_report(cell: cells.Cell) -> str:
           f'{"" if paper is None else f"{paper:.2f}"} | '
           f'{_format(ours, sorted(set(runs) - set(counted)))} | '
           f'{paper_gain} | {our_gain} |{best} {rounds} | {seconds} |')
+  for name in os.listdir(base):  # Plots of runs that are gone.
+    if name.endswith('.png') and name not in plotted:
+      os.remove(os.path.join(base, name))
   lines += ['', 'Curves (first seed of each method): ' + ', '.join(
-      f'[{name}]({name})' for name in sorted(os.listdir(base))
-      if name.endswith('.png')), '']
+      f'[{name}]({name})' for name in sorted(plotted)), '']
   if cell.deviations:
     lines += ['Differences from the paper\'s protocol:', '']
     lines += [f'- {d}' for d in cell.deviations] + ['']
@@ -346,7 +434,8 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
            'time measured so far on this 2-core machine (per setting and '
            'method, over the runs that exist; a round\'s training only, '
            'evaluation and checkpoints add to it). Hours to go: the rounds '
-           'not run yet of every planned run, each at its measured round '
+           'not run yet of every planned run (a forked run\'s first rounds '
+           'are its source\'s), each at its measured round '
            'time, else at an estimate from another run (`_round_seconds`: '
            'its baseline, or the same method on the same model); runs with '
            'neither are counted as unknown.', '',
@@ -375,8 +464,9 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     for setting in cell.settings:
       for method in cell.methods:
         for seed in cell.seeds:
-          rounds_left = max(
-              0, cell.planned_rounds - done.get((setting, method, seed), 0))
+          # A fork's first rounds come from its source's checkpoint.
+          rounds_left = max(0, cell.planned_rounds - done.get(
+              (setting, method, seed), cell.forks.get(method, (None, 0))[1]))
           estimate = _round_seconds(cell, seconds, setting, method)
           if not rounds_left or method in cell.shared:  # Counted there.
             continue
