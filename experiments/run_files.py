@@ -9,7 +9,7 @@ where `tff.program.TensorBoardReleaseManager` writes.
 import csv
 import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -24,6 +24,16 @@ def checkpoint_path(output_dir: str, round_num: int) -> str:
   """The directory of a run's saved state of `round_num` (may not exist)."""
   return os.path.join(output_dir, CHECKPOINT_DIR,
                       f'{CHECKPOINT_PREFIX}{round_num}')
+
+
+def latest_checkpoint(output_dir: str) -> Optional[int]:
+  """The newest round whose state a run saved, or None if it has none."""
+  path = os.path.join(output_dir, CHECKPOINT_DIR)
+  names = os.listdir(path) if os.path.isdir(path) else ()
+  versions = [int(n[len(CHECKPOINT_PREFIX):]) for n in names
+              if n.startswith(CHECKPOINT_PREFIX)
+              and n[len(CHECKPOINT_PREFIX):].isdigit()]
+  return max(versions, default=None)
 
 
 def write_text(path: str, text: str) -> None:

@@ -57,12 +57,13 @@ def _accuracies(directory):
 
 class _FakeRuns:
   """Stands in for the binary: a run's round r has accuracy r / 100 (+ 0.001
-  for every method but `method`) and takes 100 s (`method`) or 1 s, and it
-  keeps the first and the latest checkpoint, as the training loop does."""
+  for every method but `method`) and takes 100 s (`method`) or 1000 s. Like
+  the training loop, it resumes from its latest checkpoint (rows after it
+  are redone) and keeps its first and latest checkpoints."""
 
   def __enter__(self):
     self.calls, self.resumed_from = [], []
-    self._patch = mock.patch.object(reproduce, '_run', self._record)
+    self._patch = mock.patch.object(reproduce, '_launch', self._record)
     self._patch.start()
     return self
 
@@ -72,39 +73,50 @@ class _FakeRuns:
   def _record(self, cell, setting, method, seed, rounds):
     self.calls.append((method, rounds))
     directory = reproduce.run_dir(cell, setting, method, seed)
-    checkpoints = os.path.join(directory, 'checkpoints')
-    if os.path.isdir(checkpoints):
-      latest = max(os.listdir(checkpoints), key=lambda n: int(n.split('_')[-1]))
-      with open(os.path.join(checkpoints, latest, 'state')) as f:
+    latest = run_files.latest_checkpoint(directory)
+    if latest is not None:
+      with open(os.path.join(run_files.checkpoint_path(directory, latest),
+                             'state')) as f:
         self.resumed_from.append(f.read())
     self.run(cell, setting, method, seed, rounds)
 
   @staticmethod
   def run(cell, setting, method, seed, rounds):
     directory = reproduce.run_dir(cell, setting, method, seed)
-    done = reproduce._completed_rounds(directory)  # pylint: disable=protected-access
-    if done >= rounds:
-      return
-    os.makedirs(directory, exist_ok=True)
-    rows = run_files.read_metrics(directory) if done else []
+    latest = run_files.latest_checkpoint(directory) or 0
+    rows = [r for r in run_files.read_metrics(directory)
+            if int(r['key']) <= latest] if latest else []
     column = 'test/sparse_categorical_accuracy'
     offset = 0 if method == 'method' else 0.001
     rows += [{'key': r, column: r / 100 + offset,
-              'round_seconds': 1 + 99 * (method == 'method')}
-             for r in range(done + 1, rounds + 1)]
-    with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
-      writer = csv.DictWriter(f, ['key', column, 'round_seconds'])
-      writer.writeheader()
-      writer.writerows(rows)
+              'round_seconds': 100 if method == 'method' else 1000}
+             for r in range(latest + 1, rounds + 1)]
+    _write_rows(directory, rows)
     checkpoints = os.path.join(directory, 'checkpoints')
-    for name in os.listdir(checkpoints) if os.path.isdir(checkpoints) else ():
-      if name != 'program_state_0':
+    kept = set()
+    if os.path.isdir(checkpoints):
+      first = min(os.listdir(checkpoints),
+                  key=lambda name: int(name.split('_')[-1]))
+      kept.add(first)
+      for name in set(os.listdir(checkpoints)) - kept:
         shutil.rmtree(os.path.join(checkpoints, name))
-    for version in (0, rounds):
+    for version in (0, rounds) if not kept else (rounds,):
       path = run_files.checkpoint_path(directory, version)
       os.makedirs(path, exist_ok=True)
       with open(os.path.join(path, 'state'), 'w') as f:
         f.write(f'{method} {version}')
+
+
+def _write_rows(directory, rows):
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
+    writer = csv.DictWriter(
+        f, ['key', 'test/sparse_categorical_accuracy', 'round_seconds'])
+    writer.writeheader()
+    writer.writerows(rows)
+
+
+_FORKED_CELL = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
 
 
 class ReportTest(absltest.TestCase):
@@ -272,53 +284,6 @@ class ReportTest(absltest.TestCase):
         reproduce.run_dir(fedsa, 'alpha0.1', 'fedsa', 10),
         reproduce.run_dir(cells.CELLS['fedlws'], 'alpha0.1', 'fedavg', 10))
 
-  def test_forked_run_starts_from_the_source_checkpoint(self):
-    cell = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
-    root = self.create_tempdir().full_path
-    with flagsaver.flagsaver(root=root), _FakeRuns() as runs:
-      reproduce.run_one(cell, 'a', 'base', 1, 8)
-      self.assertEqual(runs.calls, [('method', 3), ('base', 8)])
-      base = reproduce.run_dir(cell, 'a', 'base', 1)
-      # Rounds 1-3 are the source's, 4-8 the fork's own.
-      self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03, 0.041, 0.051,
-                                           0.061, 0.071, 0.081])
-      self.assertEqual(runs.resumed_from[-1], 'method 3')
-      self.assertFalse(os.path.exists(base + '.forking'))
-      runs.calls.clear()
-      reproduce.run_one(cell, 'a', 'method', 1, 8)  # Fork made: no stop.
-      self.assertEqual(runs.calls, [('method', 8)])
-      with open(reproduce.write_report(cell)) as f:
-        self.assertIn('| a | base | 80.00 | 4.56 ± 0.00 (1 seed) |  |  | 8 '
-                      '(unfinished), rounds 1-3 from method_seed1 | 1.0 |',
-                      f.read())  # Its own rounds' time, not the source's.
-
-  def test_fork_source_stops_at_the_fork_round_first(self):
-    cell = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
-    root = self.create_tempdir().full_path
-    with flagsaver.flagsaver(root=root), _FakeRuns() as runs:
-      reproduce.run_one(cell, 'a', 'method', 1, 8)
-      self.assertEqual(runs.calls, [('method', 3), ('method', 8)])
-      base = reproduce.run_dir(cell, 'a', 'base', 1)
-      self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03])
-      self.assertTrue(os.path.isdir(os.path.join(
-          base, 'checkpoints', 'program_state_3')))
-
-  def test_fork_without_the_checkpoint_runs_from_round_one(self):
-    cell = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
-    root = self.create_tempdir().full_path
-    with flagsaver.flagsaver(root=root), _FakeRuns() as runs:
-      reproduce.run_one(cell, 'a', 'method', 1, 2)  # Below the fork round.
-      self.assertFalse(os.path.exists(reproduce.run_dir(cell, 'a', 'base', 1)))
-      _FakeRuns.run(cell, 'a', 'method', 1, 5)  # Past it, without forking.
-      runs.calls.clear()
-      with self.assertLogs(level='WARNING') as logs:
-        reproduce.run_one(cell, 'a', 'base', 1, 8)
-      self.assertIn('starts from round 1', logs.output[0])
-      self.assertEqual(runs.calls, [('method', 3), ('base', 8)])
-      base = reproduce.run_dir(cell, 'a', 'base', 1)
-      self.assertEqual(_accuracies(base)[:3], [0.011, 0.021, 0.031])
-      self.assertFalse(os.path.exists(os.path.join(base, 'fork.json')))
-
   def test_forks_differ_from_their_source_only_after_the_fork(self):
     fedcda = cells.CELLS['fedcda']
     self.assertNotEmpty(fedcda.forks)
@@ -343,6 +308,103 @@ class ReportTest(absltest.TestCase):
       for setting, method in cell.paper:
         self.assertIn(setting, cell.settings, cell.name)
         self.assertIn(method, cell.methods, cell.name)
+
+
+class ForkTest(absltest.TestCase):
+  """`Cell.forks`: base computes as method up to round 3."""
+
+  def setUp(self):
+    super().setUp()
+    self.enter_context(
+        flagsaver.flagsaver(root=self.create_tempdir().full_path))
+    self.runs = self.enter_context(_FakeRuns())
+
+  def test_forked_run_starts_from_the_source_checkpoint(self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 5)
+    self.assertEqual(self.runs.calls, [('method', 3), ('base', 5)])
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    # Rounds 1-3 are the source's, 4-5 the fork's own.
+    self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03, 0.041, 0.051])
+    self.assertEqual(self.runs.resumed_from, ['method 3'])
+    self.assertFalse(os.path.exists(base + '.forking'))
+    self.runs.calls.clear()
+    # The fork is made: the source runs on without stopping.
+    reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 8)
+    self.assertEqual(self.runs.calls, [('method', 8)])
+    with open(reproduce.write_report(_FORKED_CELL)) as f:
+      # Its own rounds' time (1000 s), not the median of all 5 rows (100 s).
+      self.assertIn('| a | base | 80.00 | 3.04 ± 0.00 (1 seed) |  |  | 5 '
+                    '(unfinished), rounds 1-3 from method_seed1 | 1000.0 |',
+                    f.read())
+
+  def test_fork_source_stops_at_the_fork_round_first(self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 8)
+    self.assertEqual(self.runs.calls, [('method', 3), ('method', 8)])
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03])
+    self.assertTrue(os.path.isdir(os.path.join(
+        base, 'checkpoints', 'program_state_3')))
+
+  def _source_killed_before_saving(self, round_num):
+    """The source has saved round_num - 1, then released round_num's row."""
+    _FakeRuns.run(_FORKED_CELL, 'a', 'method', 1, round_num - 1)
+    source = reproduce.run_dir(_FORKED_CELL, 'a', 'method', 1)
+    _write_rows(source, run_files.read_metrics(source) + [
+        {'key': round_num, 'test/sparse_categorical_accuracy': 0.5}])
+
+  def test_fork_takes_only_rows_up_to_the_fork_round(self):
+    self._source_killed_before_saving(4)
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 3)
+    self.assertEqual(self.runs.calls, [])  # Checkpoint 3 is there.
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03])
+
+  def test_row_without_its_checkpoint_is_redone_before_the_fork(self):
+    self._source_killed_before_saving(3)
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 5)
+    self.assertEqual(self.runs.calls, [('method', 3), ('base', 5)])
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    self.assertEqual(_accuracies(base)[:3], [0.01, 0.02, 0.03])
+    self.assertTrue(os.path.exists(os.path.join(base, 'fork.json')))
+
+  def test_fork_without_the_checkpoint_runs_from_round_one(self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 2)  # Before the fork.
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    self.assertFalse(os.path.exists(base))
+    _FakeRuns.run(_FORKED_CELL, 'a', 'method', 1, 5)  # Past it, unforked.
+    self.runs.calls.clear()
+    with self.assertLogs(level='WARNING') as logs:
+      reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)
+    self.assertIn('starts from round 1', logs.output[0])
+    self.assertEqual(self.runs.calls, [('base', 8)])
+    self.assertEqual(_accuracies(base)[:3], [0.011, 0.021, 0.031])
+    self.assertFalse(os.path.exists(os.path.join(base, 'fork.json')))
+
+  def test_unfinished_fork_without_checkpoints_is_not_labelled_forked(self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 5)
+    for method in ('base', 'method'):  # A fresh checkout: no checkpoints.
+      shutil.rmtree(os.path.join(
+          reproduce.run_dir(_FORKED_CELL, 'a', method, 1), 'checkpoints'))
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    self.assertEqual(_accuracies(base)[:3], [0.011, 0.021, 0.031])
+    self.assertFalse(os.path.exists(os.path.join(base, 'fork.json')))
+
+  def test_forked_method_below_and_at_the_fork_round(self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 2)
+    self.assertEqual(self.runs.calls, [])
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 3)
+    self.assertEqual(self.runs.calls, [('method', 3)])
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03])
+
+  def test_index_counts_a_fork_from_its_round(self):
+    cell = dataclasses.replace(_FORKED_CELL, settings={'a': {}})
+    reproduce.run_one(cell, 'a', 'base', 1, 5)
+    # To go: base (1000 s per round) seed 1 12 - 5 rounds, seed 2 not forked
+    # yet, 12 - 3; method (100 s) seed 1 12 - 3, seed 2 12: 18,100 s.
+    with open(reproduce.write_index((cell,))) as f:
+      self.assertIn(' | 5.0 | not run yet |', f.read())
 
 
 if __name__ == '__main__':

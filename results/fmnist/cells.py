@@ -233,8 +233,10 @@ FEDCDA = Cell(
         'seed, same cohorts) with its rows 1-50, instead of recomputing '
         'them (about 2.5 hours per setting and seed). The paper ran FedAvg '
         'separately; here the two runs differ only in what FedCDA changes, '
-        'and their curves coincide up to round 50. A FedAvg run marked '
-        '"from round 1" was not forked (the checkpoint was gone).',
+        'and their curves are one up to round 50 by construction (FedAvg\'s '
+        'rows 1-50 are FedCDA\'s). A FedAvg run whose rounds column does '
+        'not name fedcda_seed<N> ran from round 1 (the checkpoint was '
+        'gone).',
         'FedCDA\'s history (20 clients x 4 slots x 1.66M parameters = '
         '530 MB) is kept in the driver (--fedcda_history=memory), which '
         'computes the same models as the in-state version.',

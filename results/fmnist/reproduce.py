@@ -122,9 +122,22 @@ def run_one(cell, setting, method, seed, rounds) -> None:
   one.
   """
   directory = run_dir(cell, setting, method, seed)
-  if method in cell.forks and not os.path.exists(directory):
+  if method in cell.forks:
     source_method, fork_round = cell.forks[method]
-    if rounds > fork_round:
+    if rounds < fork_round:
+      logging.info('%s: its first %d rounds are the %s run\'s; nothing to '
+                   'run for %d rounds.', directory, fork_round, source_method,
+                   rounds)
+      return
+    if (os.path.exists(os.path.join(directory, FORK_JSON))
+        and run_files.latest_checkpoint(directory) is None
+        and _completed_rounds(directory) < rounds):
+      # Its checkpoints are gone (a fresh checkout): it would restart from
+      # round 1 under a fork.json that no longer holds. Fork it again.
+      logging.info('%s: an unfinished fork without checkpoints; redone.',
+                   directory)
+      shutil.rmtree(directory)
+    if not os.path.exists(directory):
       run_one(cell, setting, source_method, seed, fork_round)
       if not _fork(cell, setting, method, seed):
         logging.warning(
@@ -134,17 +147,33 @@ def run_one(cell, setting, method, seed, rounds) -> None:
   for forked, (source_method, fork_round) in cell.forks.items():
     if (source_method == method and rounds > fork_round
         and not os.path.exists(run_dir(cell, setting, forked, seed))):
-      _run(cell, setting, method, seed, min(rounds, fork_round))
-      _fork(cell, setting, forked, seed)
+      _run(cell, setting, method, seed, fork_round)
+      if not _fork(cell, setting, forked, seed):
+        logging.warning('%s has no checkpoint of round %d, so %s will run '
+                        'from round 1.', run_dir(cell, setting, method, seed),
+                        fork_round, forked)
   _run(cell, setting, method, seed, rounds)
 
 
 def _run(cell, setting, method, seed, rounds) -> None:
-  """Runs the binary for one run up to `rounds`, unless it is there."""
+  """Runs the binary for one run up to `rounds`, unless it is there.
+
+  A run is there when it has the rows of `rounds` and, where it keeps
+  checkpoints, the state of that round too: a kill between a round's row
+  and its checkpoint leaves the row alone, and the binary redoes the round.
+  """
   directory = run_dir(cell, setting, method, seed)
-  if _completed_rounds(directory) >= rounds:
+  latest = run_files.latest_checkpoint(directory)
+  if (_completed_rounds(directory) >= rounds
+      and (latest is None or latest >= rounds)):
     logging.info('%s: done (%d rounds).', directory, rounds)
     return
+  _launch(cell, setting, method, seed, rounds)
+
+
+def _launch(cell, setting, method, seed, rounds) -> None:
+  """Runs `//experiments:fmnist` for one run up to `rounds`."""
+  directory = run_dir(cell, setting, method, seed)
   arguments = [sys.executable, '-m', 'experiments.fmnist'] + _flag_args(
       dict(cell.run_flags(setting, method), seed=seed, rounds=rounds,
            output_dir=directory))
