@@ -203,10 +203,10 @@ FEDCDA = Cell(
     reduced_rounds=80,
     reduced=(
         'A round costs 80-420 s on this 2-core machine, following the '
-        'examples its 4 clients hold (FedCDA at Dirichlet 0.1, seed 0: '
-        'median 214 s over rounds 1-10; two FedAvg rounds took 143 and '
-        '125 s), so 200 rounds take 7-12 hours and the cell\'s runs (FedAvg '
-        'forked at round 50, below) about 120-200 hours. Every run stops at '
+        'examples its 4 clients hold (FedCDA at Dirichlet 0.1, seed 0, '
+        'rounds 1-22: median 190 s), so 200 rounds take about 10.5 hours '
+        'and the cell\'s runs (FedAvg forked at round 50, below) about 175 '
+        'hours. Every run stops at '
         'round 80 instead; nothing else '
         'changes, and FedCDA\'s warm-up stays at 50 rounds (the spec '
         'forbids changing FedCDA-only knobs to save time). So FedCDA selects '
@@ -231,7 +231,7 @@ FEDCDA = Cell(
         'FedAvg\'s rounds 1-50 are the same computation as FedCDA\'s, and '
         'FedAvg starts from the FedCDA run\'s checkpoint of round 50 (same '
         'seed, same cohorts) with its rows 1-50, instead of recomputing '
-        'them (about 2.5 hours per setting and seed). The paper ran FedAvg '
+        'them (about 2.6 hours per setting and seed). The paper ran FedAvg '
         'separately; here the two runs differ only in what FedCDA changes, '
         'and their curves are one up to round 50 by construction (FedAvg\'s '
         'rows 1-50 are FedCDA\'s). A FedAvg run whose rounds column does '

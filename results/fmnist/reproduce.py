@@ -75,30 +75,32 @@ def _completed_rounds(directory: str) -> int:
 FORK_JSON = 'fork.json'
 
 
-def _fork(cell, setting, method, seed) -> bool:
+def _fork(cell, setting, method, seed) -> None:
   """Starts `method`'s run from its source's checkpoint (`Cell.forks`).
 
   The new run directory gets the source's checkpoint of the fork round, its
   metrics rows up to it, its TensorBoard events and `fork.json` naming both;
   it is assembled beside the run directory and renamed into place, so a kill
-  leaves either no fork or a whole one. Returns False (nothing made) where
-  the source has no checkpoint of that round.
+  leaves either no fork or a whole one. Where the source has no checkpoint
+  of that round, nothing is made and the run will start from round 1.
   """
   source_method, fork_round = cell.forks[method]
   source = run_dir(cell, setting, source_method, seed)
+  directory = run_dir(cell, setting, method, seed)
   checkpoint = run_files.checkpoint_path(source, fork_round)
   if not os.path.isdir(checkpoint):
-    return False
-  directory = run_dir(cell, setting, method, seed)
+    logging.warning(
+        '%s: the %s run of seed %d has no checkpoint of round %d any more, '
+        'so this run starts from round 1.', directory, source_method, seed,
+        fork_round)
+    return
   staging = f'{directory}.forking'
   shutil.rmtree(staging, ignore_errors=True)
   shutil.copytree(checkpoint, run_files.checkpoint_path(staging, fork_round))
-  with open(os.path.join(source, run_files.METRICS_CSV)) as f:
-    reader = csv.DictReader(f)
-    rows = [r for r in reader if int(r['key']) <= fork_round]
-    columns = reader.fieldnames
+  rows = [r for r in run_files.read_metrics(source)
+          if int(r['key']) <= fork_round]
   with open(os.path.join(staging, run_files.METRICS_CSV), 'w') as f:
-    writer = csv.DictWriter(f, fieldnames=columns)
+    writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
     writer.writerows(rows)
   events = os.path.join(source, run_files.TENSORBOARD_DIR)
@@ -110,7 +112,6 @@ def _fork(cell, setting, method, seed) -> bool:
   os.replace(staging, directory)
   logging.info('%s: forked from %s at round %d.', directory, source,
                fork_round)
-  return True
 
 
 def run_one(cell, setting, method, seed, rounds) -> None:
@@ -139,19 +140,12 @@ def run_one(cell, setting, method, seed, rounds) -> None:
       shutil.rmtree(directory)
     if not os.path.exists(directory):
       run_one(cell, setting, source_method, seed, fork_round)
-      if not _fork(cell, setting, method, seed):
-        logging.warning(
-            '%s: the %s run of seed %d has no checkpoint of round %d any '
-            'more, so this run starts from round 1.', directory,
-            source_method, seed, fork_round)
+      _fork(cell, setting, method, seed)
   for forked, (source_method, fork_round) in cell.forks.items():
     if (source_method == method and rounds > fork_round
         and not os.path.exists(run_dir(cell, setting, forked, seed))):
       _run(cell, setting, method, seed, fork_round)
-      if not _fork(cell, setting, forked, seed):
-        logging.warning('%s has no checkpoint of round %d, so %s will run '
-                        'from round 1.', run_dir(cell, setting, method, seed),
-                        fork_round, forked)
+      _fork(cell, setting, forked, seed)
   _run(cell, setting, method, seed, rounds)
 
 
