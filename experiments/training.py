@@ -7,7 +7,9 @@ renamed into place), and `tff.program.CSVFileReleaseManager` and
 any point resumes from its last saved round when restarted with the same
 output directory, and gives the same results as an uninterrupted run: cohorts
 and client shuffling are functions of (seed, round, client), and the learning
-rate schedule is re-applied from the round number.
+rate schedule is re-applied from the round number. A process with an
+`adopt_state` method (FedCDA with its history in the driver) passes every
+loaded state through it, so it can start from a related run's checkpoint.
 
 `tff.learning.programs.train_model` is not used: it releases only the client
 work's training metrics (dropping the aggregator and finalizer measurements
@@ -299,6 +301,9 @@ async def _train(
     state, start_round = saved
     start_round = int(start_round)
     logging.info('Resuming from the checkpoint of round %d.', version)
+    adopt_state = getattr(process, 'adopt_state', None)
+    if adopt_state is not None:  # FedCDA: a warm-up state of another K.
+      state = adopt_state(state)
 
   cohort_fn = (
       sampler.identified_cohort

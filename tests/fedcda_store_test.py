@@ -33,6 +33,7 @@ class FedCdaStoreTest(parameterized.TestCase):
   def setUp(self):
     super().setUp()
     self.datasets = test_utils.tiny_client_datasets(_POPULATION)
+    tf.keras.utils.set_random_seed(0)  # The same model whatever the order.
     self.initial = tf.nest.map_structure(
         lambda v: v.numpy(),
         tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()))
@@ -113,6 +114,67 @@ class FedCdaStoreTest(parameterized.TestCase):
     _, got = self._run(process, cohorts[2:], loaded)
     for (got_w, _), (want_w, _) in zip(got, want[2:]):
       np.testing.assert_array_equal(got_w, want_w)
+
+  @parameterized.named_parameters(
+      ('k1', dict(memory_size=1)),
+      ('k2_tensorwise_norm', dict(memory_size=2,
+                                  divergence='tensorwise_norm')),
+  )
+  def test_warmup_checkpoint_of_a_larger_memory_is_adopted(self, switches):
+    cohorts = _cohorts(9, 4, seed=4)
+    warmup = 5
+
+    def make(**kwargs):
+      return self._process(tff_aggregators.InMemoryHistoryStore(),
+                           warmup_rounds=warmup, **dict(switches, **kwargs))
+
+    process = make()
+    _, want = self._run(process, cohorts)
+    # Stale selections of non-participants are read after the warm-up, and
+    # with K = 2 an older model is selected.
+    self.assertTrue(any(m['num_seen'] > m['num_participants']
+                        for _, m in want[warmup:]))
+    older = sum(m['older_selected'] for _, m in want[warmup:])
+    self.assertEqual(older > 0, switches['memory_size'] > 1)
+    larger, _ = self._run(make(memory_size=3), cohorts[:warmup])
+    # Some client has more models than this process keeps: some are dropped.
+    self.assertGreater(np.max(np.sum(larger['stamps'] >= 0, axis=1)),
+                       switches['memory_size'] + 1)
+    manager = tff.program.FileProgramStateManager(
+        self.create_tempdir().full_path)
+    asyncio.run(manager.save(larger, version=warmup))
+    loaded, _ = asyncio.run(manager.load_latest(process.initialize()))
+    with self.assertRaisesRegex(ValueError, 'passes through `adopt_state`'):
+      process.next(loaded, [])
+    adopted = process.adopt_state(loaded)
+    self.assertIs(process.adopt_state(adopted), adopted)
+    _, got = self._run(process, cohorts[warmup:], adopted)
+    for (got_w, got_m), (want_w, want_m) in zip(got, want[warmup:]):
+      self.assertEqual(got_m['older_selected'], want_m['older_selected'])
+      np.testing.assert_array_equal(got_w, want_w)
+
+  def test_states_that_cannot_be_adopted(self):
+    process = self._process(tff_aggregators.InMemoryHistoryStore(),
+                            warmup_rounds=2, memory_size=2)
+    cohorts = _cohorts(3, 3, seed=7)
+    smaller, _ = self._run(self._process(
+        tff_aggregators.InMemoryHistoryStore(), warmup_rounds=2,
+        memory_size=1), cohorts[:2])
+    with self.assertRaisesRegex(ValueError, 'at least as many slots'):
+      process.adopt_state(smaller)
+    larger = self._process(tff_aggregators.InMemoryHistoryStore(),
+                           warmup_rounds=0, memory_size=3)
+    past, rounds = self._run(larger, cohorts[:2])
+    self.assertGreater(sum(m['older_selected'] for _, m in rounds), 0)
+    with self.assertRaisesRegex(ValueError, 'selected an older model'):
+      process.adopt_state(past)  # Round 2, after 2 rounds of selection.
+    past, _ = self._run(larger, cohorts)
+    with self.assertRaisesRegex(ValueError, 'past the warm-up'):
+      process.adopt_state(past)
+    on_disk = self._process(tff_aggregators.MemmapHistoryStore(
+        self.create_tempdir().full_path), warmup_rounds=2, memory_size=1)
+    with self.assertRaisesRegex(ValueError, 'in MemmapHistoryStore'):
+      on_disk.adopt_state(past)
 
   def test_a_store_two_rounds_ahead_is_refused(self):
     directory = self.create_tempdir().full_path

@@ -2,6 +2,7 @@
 
 import csv
 import dataclasses
+import fcntl
 import os
 import shutil
 from unittest import mock
@@ -286,7 +287,10 @@ class ReportTest(absltest.TestCase):
 
   def test_forks_differ_from_their_source_only_after_the_fork(self):
     fedcda = cells.CELLS['fedcda']
-    self.assertNotEmpty(fedcda.forks)
+    self.assertEqual(set(fedcda.forks), {'fedavg', 'fedcda_k1'})
+    for setting in fedcda.settings:  # Its FedAvg never leaves the warm-up.
+      self.assertGreaterEqual(
+          fedcda.run_flags(setting, 'fedavg')['fedcda_warmup'], fedcda.rounds)
     for cell in cells.CELLS.values():
       for method, (source, fork_round) in cell.forks.items():
         for setting in cell.settings:
@@ -294,10 +298,15 @@ class ReportTest(absltest.TestCase):
                                  for m in (method, source))
           changed = {k for k in flags.keys() | source_flags.keys()
                      if flags.get(k) != source_flags.get(k)}
-          # Only the warm-up differs, and neither leaves it before the fork.
-          self.assertEqual(changed, {'fedcda_warmup'}, cell.name)
-          self.assertGreaterEqual(source_flags['fedcda_warmup'], fork_round)
-          self.assertGreaterEqual(flags['fedcda_warmup'], cell.rounds)
+          # The warm-up or K (FedCDA's `adopt_state` shrinks a warm-up
+          # state's in-memory history) differ; neither run leaves its
+          # warm-up before the fork.
+          self.assertContainsSubset(changed, {'fedcda_warmup', 'fedcda_k'})
+          for run_flags in (flags, source_flags):
+            self.assertGreaterEqual(run_flags['fedcda_warmup'], fork_round)
+          if 'fedcda_k' in changed:
+            self.assertLess(flags['fedcda_k'], source_flags['fedcda_k'])
+            self.assertEqual(flags['fedcda_history'], 'memory')
 
   def test_cells_use_known_methods_and_settings(self):
     for cell in cells.CELLS.values():
@@ -401,11 +410,43 @@ class ForkTest(absltest.TestCase):
   def test_index_counts_a_fork_from_its_round(self):
     cell = dataclasses.replace(_FORKED_CELL, settings={'a': {}})
     reproduce.run_one(cell, 'a', 'base', 1, 5)
+    # Per run: base 1000 s x its own 12 - 3 rounds, method 100 s x 12.
     # To go: base (1000 s per round) seed 1 12 - 5 rounds, seed 2 not forked
     # yet, 12 - 3; method (100 s) seed 1 12 - 3, seed 2 12: 18,100 s.
     with open(reproduce.write_index((cell,))) as f:
-      self.assertIn(' | 5.0 | not run yet |', f.read())
+      self.assertIn(' | a/base 2.5, a/method 0.3 | 5.0 | not run yet |',
+                    f.read())
 
+  def test_a_run_another_driver_holds_is_not_touched(self):
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    source = reproduce.run_dir(_FORKED_CELL, 'a', 'method', 1)
+    for held, method in ((source, 'base'), (source, 'method'),
+                         (base, 'method')):
+      os.makedirs(os.path.dirname(held), exist_ok=True)
+      with open(f'{held}.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with self.assertRaisesRegex(SystemExit, 'another process is running'):
+          reproduce.run_one(_FORKED_CELL, 'a', method, 1, 5)
+    self.assertEqual(self.runs.calls, [])
+    # Released, the same call runs.
+    reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 5)
+    self.assertEqual(self.runs.calls, [('method', 3), ('method', 5)])
+
+  def test_the_binary_inherits_the_lock(self):
+    directory = reproduce.run_dir(_FORKED_CELL, 'a', 'method', 1)
+    self.runs.__exit__()  # The real `_launch`, with a fake subprocess.
+    with mock.patch.object(reproduce.subprocess, 'run') as run:
+      run.return_value.returncode = 0
+      with reproduce._lock(directory):  # pylint: disable=protected-access
+        with reproduce._lock(directory):  # Nested: the same hold.
+          reproduce._launch(_FORKED_CELL, 'a', 'method', 1, 5)  # pylint: disable=protected-access
+          lock = reproduce._held_locks[directory]  # pylint: disable=protected-access
+          self.assertEqual(run.call_args.kwargs['pass_fds'],
+                           (lock.fileno(),))
+          with open(f'{directory}.lock') as f:
+            self.assertEqual(f.read(), f'pid {os.getpid()}\n')
+    self.assertTrue(lock.closed)
+    self.assertIn(f'--output_dir={directory}', run.call_args.args[0])
 
 if __name__ == '__main__':
   absltest.main()

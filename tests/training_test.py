@@ -154,6 +154,34 @@ class FedAvgTrainingTest(absltest.TestCase):
       self.assertEqual(f.read(8), b'\x89PNG\r\n\x1a\n')
     self.assertNotEmpty(os.listdir(os.path.join(output_dir, 'tensorboard')))
 
+  def test_a_loaded_state_passes_through_adopt_state(self):
+    task = _small_task(self.create_tempdir().full_path)
+    output_dir = self.create_tempdir().full_path
+    config = lambda rounds: training.TrainingConfig(
+        rounds=rounds, clients_per_round=2, seed=0, output_dir=output_dir)
+    process = _fedavg(task)
+    training.train(process, task, config(1))
+
+    class Adopting:  # FedCDA's store process has `adopt_state`.
+      adopted = []
+
+      def __getattr__(self, name):
+        return getattr(process, name)
+
+      def adopt_state(self, state):
+        self.adopted.append(state)
+        return process.set_model_weights(state, saved_weights)
+
+    saved_weights = tf.nest.map_structure(
+        np.zeros_like, training.initial_model_weights(task.model_fn, 0))
+    training.train(Adopting(), task, config(2))
+    self.assertLen(Adopting.adopted, 1)
+    rows = training.read_metrics(output_dir)
+    self.assertEqual([r['key'] for r in rows], ['1', '2'])
+    # Round 2 started from the adopted (all-zero) model: chance accuracy.
+    self.assertLess(float(rows[1]['test/sparse_categorical_accuracy']),
+                    float(rows[0]['test/sparse_categorical_accuracy']))
+
   def test_divergence_stops_with_a_clear_error(self):
     task = _small_task(self.create_tempdir().full_path)
     output_dir = self.create_tempdir().full_path

@@ -199,14 +199,15 @@ FEDCDA = Cell(
         'fedcda_k1': dict(_FEDCDA, fedcda_k=1, fedcda_warmup=_FEDCDA_WARMUP),
     },
     baseline='fedavg',
-    forks={'fedavg': ('fedcda', _FEDCDA_WARMUP)},
+    forks={'fedavg': ('fedcda', _FEDCDA_WARMUP),
+           'fedcda_k1': ('fedcda', _FEDCDA_WARMUP)},
     reduced_rounds=80,
     reduced=(
         'A round costs 80-420 s on this 2-core machine, following the '
         'examples its 4 clients hold (FedCDA at Dirichlet 0.1, seed 0, '
         'rounds 1-22: median 190 s), so 200 rounds take about 10.5 hours '
-        'and the cell\'s runs (FedAvg forked at round 50, below) about 175 '
-        'hours. Every run stops at '
+        'and the cell\'s runs (FedAvg and K = 1 forked at round 50, below) '
+        'about 160 hours. Every run stops at '
         'round 80 instead; nothing else '
         'changes, and FedCDA\'s warm-up stays at 50 rounds (the spec '
         'forbids changing FedCDA-only knobs to save time). So FedCDA selects '
@@ -236,7 +237,15 @@ FEDCDA = Cell(
         'and their curves are one up to round 50 by construction (FedAvg\'s '
         'rows 1-50 are FedCDA\'s). A FedAvg run whose rounds column does '
         'not name fedcda_seed<N> ran from round 1 (the checkpoint was '
-        'gone).',
+        'gone). FedCDA with K = 1 forks the same way: its warm-up is the '
+        'same computation too (every participant\'s newest model is '
+        'selected whatever K), and on loading the K = 3 state it keeps each '
+        'client\'s 2 newest models of the 4 (`FedCdaStoreProcess.'
+        'adopt_state`; `tests/fedcda_store_test.py` checks that the run '
+        'then continues exactly as a K = 1 run from round 1). '
+        'A forked run\'s own summary.json (written by the binary) '
+        'covers its whole curve, rounds 1-50 and their times included; the '
+        'report\'s round time counts only its own rounds.',
         'FedCDA\'s history (20 clients x 4 slots x 1.66M parameters = '
         '530 MB) is kept in the driver (--fedcda_history=memory), which '
         'computes the same models as the in-state version.',

@@ -17,12 +17,15 @@ unfinished run is labelled as such.
 """
 
 import collections
+import contextlib
 import csv
+import fcntl
 import json
 import os
 import shutil
 import subprocess
 import sys
+from typing import Iterator
 
 from absl import app
 from absl import flags
@@ -75,6 +78,43 @@ def _completed_rounds(directory: str) -> int:
 FORK_JSON = 'fork.json'
 
 
+_held_locks = {}  # Run directory -> its open lock file, while held.
+
+
+@contextlib.contextmanager
+def _lock(directory: str) -> Iterator[None]:
+  """Holds `<directory>.lock`, so that two drivers never write one run.
+
+  Exits with an error if another process holds it. The binary a driver
+  launches for the run inherits the lock (`_launch`), so the lock lasts as
+  long as the driver or the binary runs, and goes with both: a kill leaves
+  none behind. Nested holds of one directory in one driver are allowed.
+  """
+  if directory in _held_locks:
+    yield
+    return
+  os.makedirs(os.path.dirname(directory), exist_ok=True)
+  with open(f'{directory}.lock', 'a+') as lock:
+    try:
+      fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+      lock.seek(0)
+      raise SystemExit(
+          f'error: another process is running {directory}: it holds '
+          f'{directory}.lock (taken by {lock.read().strip() or "?"}, a '
+          'reproduce driver, or the binary it launched). Wait for it to '
+          'finish; a run forked from another (Cell.forks) also waits for '
+          'its source to reach the fork round.') from None
+    lock.truncate(0)
+    lock.write(f'pid {os.getpid()}\n')
+    lock.flush()
+    _held_locks[directory] = lock
+    try:
+      yield
+    finally:
+      del _held_locks[directory]
+
+
 def _fork(cell, setting, method, seed) -> None:
   """Starts `method`'s run from its source's checkpoint (`Cell.forks`).
 
@@ -120,33 +160,37 @@ def run_one(cell, setting, method, seed, rounds) -> None:
   A method forked from another (`Cell.forks`) first has the source run to
   the fork round and starts from its checkpoint; a source stops at the fork
   round until its forks are made, since its later checkpoints replace that
-  one.
+  one. It holds the run's lock (`_lock`), and a fork's while making it.
   """
   directory = run_dir(cell, setting, method, seed)
-  if method in cell.forks:
-    source_method, fork_round = cell.forks[method]
-    if rounds < fork_round:
-      logging.info('%s: its first %d rounds are the %s run\'s; nothing to '
-                   'run for %d rounds.', directory, fork_round, source_method,
-                   rounds)
-      return
-    if (os.path.exists(os.path.join(directory, FORK_JSON))
-        and run_files.latest_checkpoint(directory) is None
-        and _completed_rounds(directory) < rounds):
-      # Its checkpoints are gone (a fresh checkout): it would restart from
-      # round 1 under a fork.json that no longer holds. Fork it again.
-      logging.info('%s: an unfinished fork without checkpoints; redone.',
-                   directory)
-      shutil.rmtree(directory)
-    if not os.path.exists(directory):
-      run_one(cell, setting, source_method, seed, fork_round)
-      _fork(cell, setting, method, seed)
-  for forked, (source_method, fork_round) in cell.forks.items():
-    if (source_method == method and rounds > fork_round
-        and not os.path.exists(run_dir(cell, setting, forked, seed))):
-      _run(cell, setting, method, seed, fork_round)
-      _fork(cell, setting, forked, seed)
-  _run(cell, setting, method, seed, rounds)
+  with _lock(directory):
+    if method in cell.forks:
+      source_method, fork_round = cell.forks[method]
+      if rounds < fork_round:
+        logging.info('%s: its first %d rounds are the %s run\'s; nothing '
+                     'to run for %d rounds.', directory, fork_round,
+                     source_method, rounds)
+        return
+      if (os.path.exists(os.path.join(directory, FORK_JSON))
+          and run_files.latest_checkpoint(directory) is None
+          and _completed_rounds(directory) < rounds):
+        # Its checkpoints are gone (a fresh checkout): it would restart from
+        # round 1 under a fork.json that no longer holds. Fork it again.
+        logging.info('%s: an unfinished fork without checkpoints; redone.',
+                     directory)
+        shutil.rmtree(directory)
+      if not os.path.exists(directory):
+        run_one(cell, setting, source_method, seed, fork_round)
+        _fork(cell, setting, method, seed)
+    for forked, (source_method, fork_round) in cell.forks.items():
+      fork_dir = run_dir(cell, setting, forked, seed)
+      if (source_method == method and rounds > fork_round
+          and not os.path.exists(fork_dir)):
+        with _lock(fork_dir):
+          if not os.path.exists(fork_dir):  # Made since the check?
+            _run(cell, setting, method, seed, fork_round)
+            _fork(cell, setting, forked, seed)
+    _run(cell, setting, method, seed, rounds)
 
 
 def _run(cell, setting, method, seed, rounds) -> None:
@@ -173,7 +217,10 @@ def _launch(cell, setting, method, seed, rounds) -> None:
            output_dir=directory))
   logging.info('Running %s', ' '.join(arguments[1:]))
   environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-  completed = subprocess.run(arguments, env=environment, check=False)
+  held = _held_locks.get(directory)
+  completed = subprocess.run(  # The binary holds the run's lock too.
+      arguments, env=environment, check=False,
+      pass_fds=(held.fileno(),) if held else ())
   if completed.returncode != 0:
     raise SystemExit(f'error: the run in {directory} failed (exit '
                      f'{completed.returncode}); rerun the same command to '
@@ -436,6 +483,11 @@ def _round_seconds(cell, measured, setting, method):
   return None
 
 
+def _forked_rounds(cell, method) -> int:
+  """The rounds a run of `method` has from its fork's source (or 0)."""
+  return cell.forks.get(method, (None, 0))[1]
+
+
 def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
   """Writes `results/fmnist/README.md`: every cell, its runs and status."""
   base = os.path.join(_root(), 'results', 'fmnist')
@@ -453,7 +505,8 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
            'state is reset every round; a client\'s data is repeated E times '
            'and then batched, so a batch can straddle two epochs.', '',
            'Hours per run: the planned rounds (the protocol\'s, or a '
-           'reduced protocol\'s where the cell says so) times the median round '
+           'reduced protocol\'s where the cell says so; a forked run\'s '
+           'own rounds, after its fork) times the median round '
            'time measured so far on this 2-core machine (per setting and '
            'method, over the runs that exist; a round\'s training only, '
            'evaluation and checkpoints add to it). Hours to go: the rounds '
@@ -470,6 +523,8 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     finished = 0
     done = {}
     seconds = collections.defaultdict(list)
+    own_rounds = {m: max(0, cell.planned_rounds - _forked_rounds(cell, m))
+                  for m in cell.methods}
     for setting in cell.settings:
       for method in cell.methods:
         for seed in cell.seeds:
@@ -481,7 +536,7 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
           if result['round_seconds'] is not None:
             seconds[(setting, method)].append(result['round_seconds'])
     hours = ', '.join(
-        f'{setting}/{method} {np.median(s) * cell.planned_rounds / 3600:.1f}'
+        f'{setting}/{method} {np.median(s) * own_rounds[method] / 3600:.1f}'
         for (setting, method), s in seconds.items()) or 'not measured'
     to_go, unknown = 0.0, 0
     for setting in cell.settings:
@@ -489,7 +544,7 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
         for seed in cell.seeds:
           # A fork's first rounds come from its source's checkpoint.
           rounds_left = max(0, cell.planned_rounds - done.get(
-              (setting, method, seed), cell.forks.get(method, (None, 0))[1]))
+              (setting, method, seed), _forked_rounds(cell, method)))
           estimate = _round_seconds(cell, seconds, setting, method)
           if not rounds_left or method in cell.shared:  # Counted there.
             continue

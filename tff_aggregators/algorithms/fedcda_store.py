@@ -35,6 +35,9 @@ The process behaves like a `tff.learning.templates.LearningProcess`:
 `identified.with_client_ids` makes it), `get_model_weights`,
 `set_model_weights`, `get_hparams`/`set_hparams` (the client work's), and its
 state is a structure of NumPy arrays that `tff.program` state managers save.
+`adopt_state` turns a loaded warm-up state of a larger memory size into this
+process's (the training loop calls it on every checkpoint it loads), so an
+ablation over K can start from another K's warm-up.
 """
 
 import collections
@@ -294,9 +297,85 @@ class FedCdaStoreProcess:
         state['client_work'], hparams['client_work'])
     return state
 
+  def adopt_state(self, state) -> collections.OrderedDict:
+    """A loaded state as this process's, also from a warm-up with K' >= K.
+
+    The warm-up (rounds t < T_w, spec 2.4 step 5; paper Algorithm 1) is FedAvg
+    and selects every participant's newest model whatever the memory size,
+    and the history of memory size K holds each client's K+1 newest models
+    (step 4 and the module docstring). So a state whose `round` (rounds
+    completed) is at most T_w, of a run that differs from this one only in
+    K' >= K, is this process's state of that round once each client keeps
+    its K+1 newest slots (in another slot order, which nothing reads): an
+    ablation over K can start from another K's warm-up checkpoint, and it
+    continues as a run with K from round 1 would
+    (`tests/fedcda_store_test.py`). A state with K+1 slots is returned as
+    it is. The source's warm-up is not in its state: the caller keeps it
+    at least as long as the state's round.
+
+    Args:
+      state: The state a checkpoint held (`tff.program` managers load it
+        with this process's `initialize()` as the structure).
+
+    Returns:
+      The state, with `history`, `losses`, `stamps` and `selected` over this
+      process's K+1 slots (the newest first).
+
+    Raises:
+      ValueError: The state has fewer slots or other clients or parameters,
+        is past this process's warm-up, or selected an older model (so it
+        left its warm-up); or a history is not in the state (either
+        process with a `MemmapHistoryStore`).
+    """
+    stamps = np.asarray(state['stamps'])
+    n, s = self._num_clients, self._num_slots
+    if stamps.shape == (n, s):
+      return state
+    history = np.asarray(state['history'])
+    if (not isinstance(self._store, InMemoryHistoryStore)
+        or stamps.ndim != 2 or stamps.shape[0] != n or stamps.shape[1] < s
+        or history.shape != stamps.shape + (self._size,)):
+      raise ValueError(
+          f'A FedCDA state of {stamps.shape} clients x slots, history '
+          f'{history.shape}, cannot become this process\'s ({n} clients x '
+          f'{s} slots x {self._size} parameters, in '
+          f'{type(self._store).__name__}): it needs the same clients and '
+          'model, at least as many slots, and the history in the state '
+          '(InMemoryHistoryStore) in both runs.')
+    round_num = int(state['round'])
+    if round_num > self._options.warmup_rounds:
+      raise ValueError(
+          f'The state is of round {round_num}, past the warm-up '
+          f'({self._options.warmup_rounds} rounds); only a warm-up state '
+          'is the same for every memory size.')
+    order = np.argsort(-stamps, axis=1, kind='stable')
+    selected = np.asarray(state['selected'])
+    seen = selected >= 0
+    if np.any(order[seen, 0] != selected[seen]):
+      raise ValueError(
+          'The state selected an older model for some client, so it is '
+          'past its warm-up; only a warm-up state is the same for every '
+          'memory size.')
+    kept = order[:, :s]
+    rows = np.arange(n)[:, None]
+    state = collections.OrderedDict(state)
+    state['history'] = history[rows, kept]
+    state['losses'] = np.asarray(state['losses'])[rows, kept]
+    state['stamps'] = stamps[rows, kept]
+    state['selected'] = np.where(seen, 0, -1).astype(np.int32)
+    logging.info('FedCDA: a state of %d slots per client adopted as one of '
+                 '%d (round %d, in warm-up).', stamps.shape[1], s, round_num)
+    return state
+
   def next(self, state, client_data: list[Any]
            ) -> tff.learning.templates.LearningProcessOutput:
     """One round: TFF runs the clients, the driver updates the store."""
+    if np.shape(state['stamps']) != (self._num_clients, self._num_slots):
+      raise ValueError(
+          f'The state has {np.shape(state["stamps"])} clients x slots, this '
+          f'process has ({self._num_clients}, {self._num_slots}) (K + 1 '
+          'slots); a state of another memory size passes through '
+          '`adopt_state` first.')
     weights = state['global_model_weights']
     collected, work_state, aggregator_state, work_metrics, aggregator_metrics = (
         self._collect_round(weights, state['client_work'],
