@@ -33,22 +33,27 @@ _CELL = cells.Cell(
 )
 
 
-def _write_run(directory, accuracies, high_fraction=None, seconds=1.0):
-  os.makedirs(directory)
+def _write_rows(directory, rows, names=(
+    'key', 'test/sparse_categorical_accuracy', 'round_seconds')):
+  os.makedirs(directory, exist_ok=True)
   with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
-    names = ['key', 'round_seconds', 'test/sparse_categorical_accuracy',
-             'train/finalizer/high_fraction',
-             'train/finalizer/high_fraction_overall']
     writer = csv.DictWriter(f, names)
     writer.writeheader()
-    for i, accuracy in enumerate(accuracies, start=1):
-      writer.writerow({
-          'key': i, 'round_seconds': seconds,
-          'test/sparse_categorical_accuracy': accuracy,
-          'train/finalizer/high_fraction':
-              high_fraction and f'[{high_fraction}, {high_fraction / 2}]',
-          'train/finalizer/high_fraction_overall':
-              high_fraction and high_fraction / 4})
+    writer.writerows(rows)
+
+
+def _write_run(directory, accuracies, high_fraction=None, seconds=1.0):
+  _write_rows(directory, [
+      {'key': i, 'round_seconds': seconds,
+       'test/sparse_categorical_accuracy': accuracy,
+       'train/finalizer/high_fraction':
+           high_fraction and f'[{high_fraction}, {high_fraction / 2}]',
+       'train/finalizer/high_fraction_overall':
+           high_fraction and high_fraction / 4}
+      for i, accuracy in enumerate(accuracies, start=1)],
+      names=('key', 'round_seconds', 'test/sparse_categorical_accuracy',
+             'train/finalizer/high_fraction',
+             'train/finalizer/high_fraction_overall'))
 
 
 def _accuracies(directory):
@@ -106,15 +111,6 @@ class _FakeRuns:
       os.makedirs(path, exist_ok=True)
       with open(os.path.join(path, 'state'), 'w') as f:
         f.write(f'{method} {version}')
-
-
-def _write_rows(directory, rows):
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, 'metrics.csv'), 'w') as f:
-    writer = csv.DictWriter(
-        f, ['key', 'test/sparse_categorical_accuracy', 'round_seconds'])
-    writer.writeheader()
-    writer.writerows(rows)
 
 
 _FORKED_CELL = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
