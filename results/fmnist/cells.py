@@ -273,13 +273,13 @@ FEDCDA = Cell(
         'that of the newest models. A FedCDA round took as long as FedAvg\'s '
         'on the same cohort (median ratio 1.01 over rounds 51-80).',
         'Dirichlet 0.1, seed 0, FedCDA with K = 1 (unfinished: rounds '
-        '51-65 of 80, to be resumed): it keeps only each client\'s newest '
+        '51-71 of 80, to be resumed): it keeps only each client\'s newest '
         'model, so it averages all 20 seen clients as FedCDA does but never '
         'selects across rounds (spec 4.5). It is ahead of FedCDA (K = 3) in '
-        'every round 51-65, by 0.07-0.71 points (rounds 51-65: 75.21 '
-        'against 74.76; FedAvg 58.71). So on this seed and setting the gain '
+        'every round 51-71, by 0.07-1.16 points (rounds 51-71: 75.42 '
+        'against 74.89; FedAvg 60.10). So on this seed and setting the gain '
         'over FedAvg is the memory of non-participants\' models, not the '
-        'cross-round selection, which costs up to 0.7 point here; the paper '
+        'cross-round selection, which costs up to 1.2 points here; the paper '
         'reports the opposite (Fig. 2a/b: newest far below the selection, '
         'accuracy rising with K) on CIFAR-10 with ResNet-18, not on this '
         'data set. Dirichlet 0.3, shards 2 and seed 1 are not run.',
