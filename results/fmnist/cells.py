@@ -208,7 +208,7 @@ FEDCDA = Cell(
         'median 181 s, 4.0 hours for its 80 rounds; FedAvg\'s 30 own rounds '
         'after the fork took 1.3 hours), so 200 rounds take about 10 hours '
         'and the cell\'s runs (FedAvg and K = 1 forked at round 50, below) '
-        'about 150 hours. Every run stops at '
+        'about 140 hours. Every run stops at '
         'round 80 instead; nothing else '
         'changes, and FedCDA\'s warm-up stays at 50 rounds (the spec '
         'forbids changing FedCDA-only knobs to save time). So FedCDA selects '
