@@ -470,15 +470,17 @@ FEDLWS = Cell(
         'Alpha 100, seed 10, FedAvg and FedAvg + LWS (200 rounds each): '
         'FedAvg 91.17 (paper 90.44), FedAvg + LWS 91.02 (paper 90.99): '
         '-0.15 against the paper\'s +0.55, the largest of its three '
-        'Fashion-MNIST gains (best round: 91.30 and 91.09). Our LWS lands on '
+        'FedAvg + LWS gains on Fashion-MNIST (best round: 91.30 and 91.09). '
+        'Our LWS lands on '
         'the paper\'s LWS number; our FedAvg is 0.73 above the paper\'s. The '
         'pattern is that of alpha 0.1, smaller: LWS is behind by 0.37 point '
         'over rounds 1-50, then 0.13, 0.12 and 0.15, ahead in 16 of the 200 '
         'rounds and within 0.34 point of FedAvg in every round after 100. '
         'Its shrink again acts early: per-layer gamma 0.989-0.999 on '
         'average over rounds 1-20 (as low as 0.852), at least 0.9997 after '
-        'round 100. Seeds 11 and 12, the FedProx rows and alpha 0.5 are not '
-        'run yet.',
+        'round 100. Seed 11 has FedAvg to round 108 of 200 only (unfinished, '
+        'not counted); seed 12, the FedProx rows and alpha 0.5 are not run '
+        'yet.',
     ),
 )
 
