@@ -495,7 +495,7 @@ FEDLWS = Cell(
         'gains (-0.15, +0.07) are within a quarter point of zero, where the '
         'paper has +0.55. Seed 12 has FedAvg '
         '(91.24; over the three seeds FedAvg is 91.21 ± 0.03 against the '
-        'paper\'s 90.44) and FedAvg + LWS to round 61 of 200 only '
+        'paper\'s 90.44) and FedAvg + LWS to round 103 of 200 only '
         '(unfinished, not counted; behind FedAvg by 0.58 point over rounds '
         '1-50, as at the other seeds). The FedProx rows and alpha 0.5 are '
         'not run yet.',
