@@ -513,7 +513,7 @@ FEDLWS = Cell(
         'at any seed by more than 0.1 point. The paper\'s +0.55 is 0.67 '
         'point above our mean, more than four times our seed-to-seed '
         'spread. Of the FedProx rows, FedProx (SGDM) has seed 10 to round '
-        '71 of 200 only (unfinished; its table entries cover those 71 '
+        '110 of 200 only (unfinished; its table entries cover those 110 '
         'rounds); the others are not run yet.',
         'Alpha 0.5, seed 10, FedAvg and FedAvg + LWS (200 rounds each): '
         'FedAvg 90.46 (paper 90.04), FedAvg + LWS 90.57 (paper 90.33): '
