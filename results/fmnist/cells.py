@@ -481,8 +481,7 @@ FEDLWS = Cell(
         'round 100. Seed 11 follows in the next item.',
         'Alpha 100, seed 11, FedAvg and FedAvg + LWS (200 rounds each): '
         'FedAvg 91.21, FedAvg + LWS 91.28: +0.07 (best round 91.33 and '
-        '91.43: +0.10), so over two seeds LWS gains -0.04 ± 0.11 against '
-        'the paper\'s +0.55. Seed 11\'s FedAvg curve matches seed 10\'s (means '
+        '91.43: +0.10). Seed 11\'s FedAvg curve matches seed 10\'s (means '
         'over rounds 1-50, 51-100, 101-150, 151-200: 83.96, 89.97, 90.79, '
         '91.11 against 83.32, 89.89, 90.74, 91.11). LWS is behind by 0.16 '
         'point over rounds 1-50, then 0.03 and 0.05, and ahead by 0.03 over '
@@ -490,11 +489,10 @@ FEDLWS = Cell(
         'last 100) and within 0.25 point of FedAvg in every round after '
         '100. Its shrink matches seed 10\'s: per-layer gamma 0.990-0.999 on '
         'average over rounds 1-20 (as low as 0.849), at least 0.9996 after '
-        'round 100. So at these two seeds LWS falls behind while it shrinks '
+        'round 100. So at seeds 10 and 11 LWS falls behind while it shrinks '
         '(by 0.37 and 0.16 point over rounds 1-50) and is close to FedAvg '
-        'by the end: the two seeds\' '
-        'gains (-0.15, +0.07) are within a quarter point of zero, where the '
-        'paper has +0.55. Seed 12 follows in the next item.',
+        'by the end. Seed 12 and the three-seed summary follow in the next '
+        'item.',
         'Alpha 100, seed 12, FedAvg and FedAvg + LWS (200 rounds each): '
         'FedAvg 91.24, FedAvg + LWS 90.96: -0.28 (best round 91.31 and '
         '91.05: -0.26). FedAvg\'s curve again matches the other seeds\' '
