@@ -187,6 +187,44 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| a | method |  | 85.00 ± 2.00 (2 seeds) |  | +3.00 ± 0.00 '
                   'vs base (1 seed) | 12, 12 |', report)
 
+  def test_per_seed_comparison_and_metric_summary(self):
+    cell = cells.Cell(
+        name='toy5', title='', source='', rounds=8, seeds=(1,), common={},
+        settings={'a': {}}, methods={'base': {}, 'method': {}},
+        baseline='base', paper={},
+        plotted_metrics=('train/finalizer/high_fraction',))
+    root = self.create_tempdir().full_path
+    column = 'train/finalizer/high_fraction'
+    with flagsaver.flagsaver(root=root):
+      _write_run(reproduce.run_dir(cell, 'a', 'base', 1),
+                 [0.50, 0.60, 0.70, 0.80, 0.80, 0.82, 0.78, 0.80])
+      method = [0.48, 0.61, 0.69, 0.80, 0.81, 0.83, 0.80, 0.80]
+      first = [0.9, 1, 1, 1, 1, 1, 0.99, 1]
+      second = [0.5, 0.8, 1, 0.9, 1, 1, 1, 0.95]
+      _write_rows(
+          reproduce.run_dir(cell, 'a', 'method', 1),
+          [{'key': r, 'test/sparse_categorical_accuracy': a,
+            'round_seconds': 1.0, column: f'[{x}, {y}]'}
+           for r, a, x, y in zip(range(1, 9), method, first, second)],
+          names=('key', 'test/sparse_categorical_accuracy', 'round_seconds',
+                 column))
+      with open(reproduce.write_report(cell)) as f:
+        report = f.read()
+    # Differences (points): -2, +1, -1, 0, +1, +1, +2, 0. Last 10 (all 8
+    # rounds): +2 / 8; best: 83 against 82; quarters of two rounds; ahead in
+    # rounds 2, 5, 6, 7 (of the last quarter, round 7); largest gap in rounds
+    # 5-8: 2; base's last quarter 78 and 80: std 1.
+    self.assertIn('| a | method vs base | 1 | 8 | +0.25 | +1.00 | -0.50 / '
+                  '-0.50 / +1.00 / +1.00 | 4 | 1 of 2 | 2.00 | 1.00 |',
+                  report)
+    self.assertNotIn('| base vs base |', report)
+    # Early: round 1 (the first tenth of 8, rounded up); lowest 0.5 (round
+    # 1); late lowest over rounds 5-8: 0.95 (round 4 has 0.9). Base reports
+    # no such metric.
+    self.assertIn('| a | method | 1 | high_fraction | 8 | 0.5000-0.9000 | '
+                  '0.5000 | 0.9500 |', report)
+    self.assertNotIn('| a | base | 1 | high_fraction |', report)
+
   def test_metric_curves_one_per_tensor_of_a_list_column(self):
     directory = os.path.join(self.create_tempdir().full_path, 'run')
     _write_run(directory, [0.5, 0.6, 0.7], high_fraction=0.4)

@@ -368,8 +368,18 @@ FEDLWS = Cell(
         'rounds).',
     ),
     paired={'fedprox_lws': 'fedprox', 'fedprox_sgdm_lws': 'fedprox_sgdm'},
+    plotted_metrics=('train/finalizer/gamma',),
     best_round=True,
     discussion=(
+        'The items below quote statistics that the per-seed and '
+        'plotted-metrics tables compute from the run files: the mean gap '
+        'over each '
+        '50-round quarter, the rounds ahead, the largest gap after round '
+        '100 and FedAvg\'s round-to-round noise (per-seed table), and '
+        'gamma\'s per-layer mean over rounds 1-20, its lowest value and its '
+        'lowest after round 100 (plotted-metrics table). The partition '
+        'statistics come from each run\'s partition.json, which is '
+        'regenerated from the seed and not committed.',
         'Alpha 0.1, seed 10, FedAvg and FedAvg + LWS (200 rounds each): '
         'FedAvg 88.74 (paper 88.62), FedAvg + LWS 88.50 (paper 88.99): '
         '-0.24 against the paper\'s +0.37 (best round: 88.91 and 88.67). '

@@ -332,6 +332,111 @@ def _format_gain(stat, baseline):
   return f'{mean:+.2f} ± {std:.2f} vs {baseline} ({_seeds(n)})'
 
 
+def _paired_differences(run, base_run):
+  """Rounds both runs have and the accuracy difference (points) at each."""
+  by_round = dict(zip(*base_run['curve']))
+  rounds = [r for r in run['curve'][0] if r in by_round]
+  ours = dict(zip(*run['curve']))
+  return rounds, np.array([100 * (ours[r] - by_round[r]) for r in rounds])
+
+
+def _paired_row(setting, method, baseline, seed, run, base_run) -> str:
+  """One seed of a method against its baseline, over the rounds both have.
+
+  Quarters: mean difference over four equal spans of those rounds. Ahead:
+  rounds the method is above the baseline. Largest gap: the largest absolute
+  difference in their second half. Baseline std: of the baseline's accuracy
+  over the last quarter, the round-to-round noise a gain is set against.
+  """
+  rounds, differences = _paired_differences(run, base_run)
+  if not rounds:
+    return ''
+  last_ten = _window_accuracy(base_run['curve'], run['window'])
+  last_ten = '' if last_ten is None else f'{run["accuracy"] - last_ten:+.2f}'
+  best = (_best_accuracy(run['curve'], rounds[-1])
+          - _best_accuracy(base_run['curve'], rounds[-1]))
+  quarters = ' / '.join(f'{np.mean(q):+.2f}'
+                        for q in np.array_split(differences, 4) if q.size)
+  last_quarter = np.array_split(np.array(rounds), 4)[-1]
+  by_round = dict(zip(*base_run['curve']))
+  noise = 100 * np.std([by_round[r] for r in last_quarter])
+  second_half = differences[len(differences) // 2:]
+  return (f'| {setting} | {method} vs {baseline} | {seed} | {len(rounds)} | '
+          f'{last_ten} | {best:+.2f} | {quarters} | '
+          f'{int(np.sum(differences > 0))} | '
+          f'{int(np.sum(differences[-len(last_quarter):] > 0))} of '
+          f'{len(last_quarter)} | {np.max(np.abs(second_half)):.2f} | '
+          f'{noise:.2f} |')
+
+
+def _paired_lines(cell: cells.Cell, summary) -> list[str]:
+  """The per-seed comparison of every method with its baseline."""
+  rows = []
+  for setting in cell.settings:
+    for method in cell.methods:
+      baseline = cell.baseline_of(method)
+      if method == baseline:
+        continue
+      runs, base_runs = summary[(setting, method)], summary[(setting, baseline)]
+      for seed in sorted(set(runs) & set(base_runs)):
+        rows.append(_paired_row(setting, method, baseline, seed, runs[seed],
+                                base_runs[seed]))
+  rows = [r for r in rows if r]
+  if not rows:
+    return []
+  return [
+      'Per seed, each method against its baseline (accuracy points, method '
+      'minus baseline, over the rounds both runs have). Quarters: the mean '
+      'difference over four equal spans of those rounds. Ahead: rounds the '
+      'method is above. Largest gap: the largest absolute difference in '
+      'the second half. Baseline std: of its accuracy over the last '
+      'quarter, the round-to-round noise a gain stands against.', '',
+      '| setting | method | seed | rounds | last 10 | best round | '
+      'quarters | ahead (rounds) | ahead, last quarter | largest gap, '
+      'second half | baseline std, last quarter |',
+      '|---|---|---|---|---|---|---|---|---|---|---|'] + rows + ['']
+
+
+def _metric_row(setting, method, seed, column, directory) -> str:
+  """A per-round metric of a run: its early, lowest and late values.
+
+  Early: the mean over the first tenth of the rounds (per element, min-max
+  over the elements of a list column, one per tensor or layer). Lowest: over
+  all rounds and elements.
+  Late lowest: over the second half of the rounds.
+  """
+  curves = _metric_curves(directory, column)
+  if not curves:
+    return ''
+  values = np.array([v for _, v in curves.values()])  # elements x rounds
+  early = values[:, :max(1, int(np.ceil(values.shape[1] / 10)))].mean(axis=1)
+  early_text = (f'{early.min():.4f}' if early.size == 1
+                else f'{early.min():.4f}-{early.max():.4f}')
+  late = values[:, values.shape[1] // 2:]
+  return (f'| {setting} | {method} | {seed} | {column.rsplit("/", 1)[-1]} | '
+          f'{values.shape[1]} | {early_text} | {values.min():.4f} | '
+          f'{late.min():.4f} |')
+
+
+def _metric_lines(cell: cells.Cell, summary) -> list[str]:
+  """The plotted metrics of every run that reports them, summarised."""
+  rows = [_metric_row(setting, method, seed, column,
+                      run_dir(cell, setting, method, seed))
+          for setting in cell.settings for method in cell.methods
+          for seed in sorted(summary[(setting, method)])
+          for column in cell.plotted_metrics]
+  rows = [r for r in rows if r]
+  if not rows:
+    return []
+  return [
+      'Plotted metrics per run. Early: the mean over the first tenth of the '
+      'rounds (for a list metric, one value per tensor or layer, the lowest '
+      'and highest element\'s). Lowest: over every round and element. '
+      'Late lowest: over the second half of the rounds.', '',
+      '| setting | method | seed | metric | rounds | early | lowest | late '
+      'lowest |', '|---|---|---|---|---|---|---|---|'] + rows + ['']
+
+
 def write_report(cell: cells.Cell) -> str:
   """Writes `results/fmnist/<cell>/README.md` and the curves; returns path."""
   base = os.path.join(_root(), 'results', 'fmnist', cell.name)
@@ -444,6 +549,7 @@ def write_report(cell: cells.Cell) -> str:
       os.remove(os.path.join(base, name))
   lines += ['', 'Curves (first seed of each method): ' + ', '.join(
       f'[{name}]({name})' for name in sorted(plotted)), '']
+  lines += _paired_lines(cell, summary) + _metric_lines(cell, summary)
   if cell.deviations:
     lines += ['Differences from the paper\'s protocol:', '']
     lines += [f'- {d}' for d in cell.deviations] + ['']
