@@ -332,6 +332,23 @@ def _format_gain(stat, baseline):
   return f'{mean:+.2f} ± {std:.2f} vs {baseline} ({_seeds(n)})'
 
 
+def _seed_gains(run, base_run):
+  """(last-10 gain, best-round gain) of a run over its baseline's, or None.
+
+  Last 10: against the baseline over the run's own last 10 rounds (None if
+  the baseline has not reached them). Best round: both runs' best over the
+  rounds both reached.
+  """
+  base_window = _window_accuracy(base_run['curve'], run['window'])
+  last_ten = None if base_window is None else run['accuracy'] - base_window
+  last = min(run['rounds'], base_run['rounds'])
+  ours_best = _best_accuracy(run['curve'], last)
+  base_best = _best_accuracy(base_run['curve'], last)
+  best = (None if ours_best is None or base_best is None
+          else ours_best - base_best)
+  return last_ten, best
+
+
 def _paired_differences(run, base_run):
   """Rounds both runs have and the accuracy difference (points) at each."""
   by_round = dict(zip(*base_run['curve']))
@@ -351,10 +368,8 @@ def _paired_row(setting, method, baseline, seed, run, base_run) -> str:
   rounds, differences = _paired_differences(run, base_run)
   if not rounds:
     return ''
-  last_ten = _window_accuracy(base_run['curve'], run['window'])
-  last_ten = '' if last_ten is None else f'{run["accuracy"] - last_ten:+.2f}'
-  best = (_best_accuracy(run['curve'], rounds[-1])
-          - _best_accuracy(base_run['curve'], rounds[-1]))
+  last_ten, best = _seed_gains(run, base_run)
+  last_ten, best = ('' if g is None else f'{g:+.2f}' for g in (last_ten, best))
   quarters = ' / '.join(f'{np.mean(q):+.2f}'
                         for q in np.array_split(differences, 4) if q.size)
   last_quarter = np.array_split(np.array(rounds), 4)[-1]
@@ -362,7 +377,7 @@ def _paired_row(setting, method, baseline, seed, run, base_run) -> str:
   noise = 100 * np.std([by_round[r] for r in last_quarter])
   second_half = differences[len(differences) // 2:]
   return (f'| {setting} | {method} vs {baseline} | {seed} | {len(rounds)} | '
-          f'{last_ten} | {best:+.2f} | {quarters} | '
+          f'{last_ten} | {best} | {quarters} | '
           f'{int(np.sum(differences > 0))} | '
           f'{int(np.sum(differences[-len(last_quarter):] > 0))} of '
           f'{len(last_quarter)} | {np.max(np.abs(second_half)):.2f} | '
@@ -511,10 +526,8 @@ def write_report(cell: cells.Cell) -> str:
                 if method != baseline else [])
       # Against the baseline over the same rounds (an unfinished run is
       # compared with the baseline at the rounds it reached).
-      gains = [(runs[s]['accuracy'],
-                _window_accuracy(base_runs[s]['curve'], runs[s]['window']))
-               for s in common]
-      gain = _mean_std([a - b for a, b in gains if b is not None])
+      seed_gains = [_seed_gains(runs[s], base_runs[s]) for s in common]
+      gain = _mean_std([g for g, _ in seed_gains if g is not None])
       paper = cell.paper.get((setting, method))
       paper_base = cell.paper.get((setting, baseline))
       paper_gain = (f'{paper - paper_base:+.2f} vs {baseline}'
@@ -525,14 +538,7 @@ def write_report(cell: cells.Cell) -> str:
           _rounds_label(r) for _, r in sorted(runs.items())) or '-'
       best = ''
       if cell.best_round:
-        best_gains = []
-        for s in common:  # Both runs' best over the rounds both reached.
-          last = min(runs[s]['rounds'], base_runs[s]['rounds'])
-          ours_best = _best_accuracy(runs[s]['curve'], last)
-          base_best = _best_accuracy(base_runs[s]['curve'], last)
-          if ours_best is not None and base_best is not None:
-            best_gains.append(ours_best - base_best)
-        best_gain = _mean_std(best_gains)
+        best_gain = _mean_std([b for _, b in seed_gains if b is not None])
         best_mean = _mean_std([r['best'] for r in counted.values()])
         best = f' {_format(best_mean)} | '
         best += _format_gain(best_gain, baseline) + ' |'
