@@ -3,6 +3,7 @@
 import csv
 import dataclasses
 import fcntl
+import itertools
 import os
 import shutil
 from unittest import mock
@@ -188,41 +189,63 @@ class ReportTest(absltest.TestCase):
                   'vs base (1 seed) | 12, 12 |', report)
 
   def test_per_seed_comparison_and_metric_summary(self):
+    column = 'train/finalizer/high_fraction'
     cell = cells.Cell(
         name='toy5', title='', source='', rounds=8, seeds=(1,), common={},
-        settings={'a': {}}, methods={'base': {}, 'method': {}},
-        baseline='base', paper={},
-        plotted_metrics=('train/finalizer/high_fraction',))
+        settings={'a': {}, 'b': {}, 'c': {}, 'd': {}},
+        methods={'base': {}, 'method': {}}, baseline='base', paper={},
+        forks={'base': ('method', 2)}, plotted_metrics=(column,))
+    names = ('key', 'test/sparse_categorical_accuracy', 'round_seconds',
+             column)
+
+    def write(setting, method, accuracies, metric=()):
+      _write_rows(reproduce.run_dir(cell, setting, method, 1), [
+          {'key': r, 'test/sparse_categorical_accuracy': a,
+           'round_seconds': 1.0, column: m}
+          for r, (a, m) in enumerate(itertools.zip_longest(
+              accuracies, metric, fillvalue=''), start=1)], names=names)
+
     root = self.create_tempdir().full_path
-    column = 'train/finalizer/high_fraction'
     with flagsaver.flagsaver(root=root):
-      _write_run(reproduce.run_dir(cell, 'a', 'base', 1),
-                 [0.50, 0.60, 0.70, 0.80, 0.80, 0.82, 0.78, 0.80])
-      method = [0.48, 0.61, 0.69, 0.80, 0.81, 0.83, 0.80, 0.80]
-      first = [0.9, 1, 1, 1, 1, 1, 0.99, 1]
-      second = [0.5, 0.8, 1, 0.9, 1, 1, 1, 0.95]
-      _write_rows(
-          reproduce.run_dir(cell, 'a', 'method', 1),
-          [{'key': r, 'test/sparse_categorical_accuracy': a,
-            'round_seconds': 1.0, column: f'[{x}, {y}]'}
-           for r, a, x, y in zip(range(1, 9), method, first, second)],
-          names=('key', 'test/sparse_categorical_accuracy', 'round_seconds',
-                 column))
+      write('a', 'base', [0.50, 0.60, 0.70, 0.80, 0.80, 0.82, 0.78, 0.80])
+      write('a', 'method', [0.47, 0.61, 0.69, 0.80, 0.81, 0.83, 0.80, 0.775])
+      # Setting b: the method alone, 15 rounds of a two-element metric.
+      first = [0.9, 0.7, 1, 1, 1, 1, 0.9, 1, 1, 1, 1, 1, 1, 1, 1]
+      second = [0.5, 0.8, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0.99996, 1, 1, 1]
+      write('b', 'method', [0.5] * 15,
+            [f'[{x}, {y}]' for x, y in zip(first, second)])
+      # Setting c: base forked from the method at round 2 (rows copied),
+      # then four rounds of its own, one more than the method's.
+      write('c', 'method', [0.1, 0.2, 0.6, 0.6, 0.6, 0.6])
+      write('c', 'base', [0.1, 0.2, 0.5, 0.5, 0.5, 0.5, 0.5])
+      run_files.write_json(
+          os.path.join(reproduce.run_dir(cell, 'c', 'base', 1), 'fork.json'),
+          {'source': 'method_seed1', 'round': 2})
+      # Setting d: three rounds, too few for quarters.
+      write('d', 'base', [0.5] * 3)
+      write('d', 'method', [0.6] * 3)
       with open(reproduce.write_report(cell)) as f:
         report = f.read()
-    # Differences (points): -2, +1, -1, 0, +1, +1, +2, 0. Last 10 (all 8
-    # rounds): +2 / 8; best: 83 against 82; quarters of two rounds; ahead in
-    # rounds 2, 5, 6, 7 (of the last quarter, round 7); largest gap in rounds
-    # 5-8: 2; base's last quarter 78 and 80: std 1.
-    self.assertIn('| a | method vs base | 1 | 8 | +0.25 | +1.00 | -0.50 / '
-                  '-0.50 / +1.00 / +1.00 | 4 | 1 of 2 | 2.00 | 1.00 |',
+    # Differences (points): -3, +1, -1, 0, +1, +1, +2, -2.5. Last 10 (all 8
+    # rounds): -1.5 / 8; best: 83 against 82; quarters of two rounds; ahead
+    # in rounds 2, 5, 6, 7 (of the last quarter, round 7); largest gap in
+    # rounds 5-8: -2.5; base's last quarter 78 and 80: std 1.
+    self.assertIn('| a | method vs base | 1 | 8 | -0.19 | +1.00 | -1.00 / '
+                  '-0.50 / +1.00 / -0.25 | 4 of 8 | 1 of 2 | -2.50 | 1.00 |',
                   report)
     self.assertNotIn('| base vs base |', report)
-    # Early: round 1 (the first tenth of 8, rounded up); lowest 0.5 (round
-    # 1); late lowest over rounds 5-8: 0.95 (round 4 has 0.9). Base reports
-    # no such metric.
-    self.assertIn('| a | method | 1 | high_fraction | 8 | 0.5000-0.9000 | '
-                  '0.5000 | 0.9500 |', report)
+    # Rounds 3-6 only (1-2 are copies), each +10; the method has not reached
+    # the planned 8 rounds. Last 10 and best as in the table above: rounds
+    # 1-6, 45 against base's 38.33; best 60 against 50.
+    self.assertIn('| c | method vs base | 1 | 4 (rounds 3-6; 1-2 shared) '
+                  '(unfinished) | +6.67 | +10.00 | +10.00 / +10.00 / +10.00 '
+                  '/ +10.00 | 4 of 4 | 1 of 1 | +10.00 | 0.00 |', report)
+    self.assertNotIn('| d | method vs base |', report)
+    # Early: rounds 1-2 (the first tenth of 15, rounded up): means 0.8 and
+    # 0.65. Lowest 0.5 (round 1); late lowest over rounds 8-15 (round 7's
+    # 0.9 is out): 0.99996, rounded down. Base reports no such metric.
+    self.assertIn('| b | method | 1 | high_fraction | 15 | 0.6500-0.8000 | '
+                  '0.5000 | 0.9999 |', report)
     self.assertNotIn('| a | base | 1 | high_fraction |', report)
 
   def test_metric_curves_one_per_tensor_of_a_list_column(self):

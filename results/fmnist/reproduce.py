@@ -349,77 +349,105 @@ def _seed_gains(run, base_run):
   return last_ten, best
 
 
-def _paired_differences(run, base_run):
-  """Rounds both runs have and the accuracy difference (points) at each."""
-  by_round = dict(zip(*base_run['curve']))
-  rounds = [r for r in run['curve'][0] if r in by_round]
-  ours = dict(zip(*run['curve']))
-  return rounds, np.array([100 * (ours[r] - by_round[r]) for r in rounds])
+def _shared_rounds(cell, method, baseline, run, base_run) -> int:
+  """Rounds up to which two runs are one computation, else 0.
 
-
-def _paired_row(setting, method, baseline, seed, run, base_run) -> str:
-  """One seed of a method against its baseline, over the rounds both have.
-
-  Quarters: mean difference over four equal spans of those rounds. Ahead:
-  rounds the method is above the baseline. Largest gap: the largest absolute
-  difference in their second half. Baseline std: of the baseline's accuracy
-  over the last quarter, the round-to-round noise a gain is set against.
+  That is where one run is forked (`Cell.forks`) from the other, or both
+  from the same source: their first rows are copies.
   """
-  rounds, differences = _paired_differences(run, base_run)
-  if not rounds:
+  sources = {name: cell.forks[name] for name, r in
+             ((method, run), (baseline, base_run))
+             if r['forked'] and name in cell.forks}
+  shared = 0
+  for name, (source, fork_round) in sources.items():
+    other = baseline if name == method else method
+    if source == other or sources.get(other, (None,))[0] == source:
+      shared = max(shared, fork_round)
+  return shared
+
+
+def _signed(value) -> str:
+  text = f'{value:+.2f}'
+  return '+0.00' if text == '-0.00' else text
+
+
+def _floor(value) -> str:
+  """`value` to 4 decimals, rounded down (a lower bound stays one)."""
+  return f'{np.floor(value * 1e4) / 1e4:.4f}'
+
+
+def _paired_row(cell, setting, method, seed, run, base_run) -> str:
+  """One seed of a method against its baseline (`_paired_lines`)."""
+  baseline = cell.baseline_of(method)
+  shared = _shared_rounds(cell, method, baseline, run, base_run)
+  base_by_round = dict(zip(*base_run['curve']))
+  ours = dict(zip(*run['curve']))
+  rounds = [r for r in run['curve'][0] if r in base_by_round and r > shared]
+  if len(rounds) < 4:  # Too few for quarters.
     return ''
-  last_ten, best = _seed_gains(run, base_run)
-  last_ten, best = ('' if g is None else f'{g:+.2f}' for g in (last_ten, best))
-  quarters = ' / '.join(f'{np.mean(q):+.2f}'
-                        for q in np.array_split(differences, 4) if q.size)
-  last_quarter = np.array_split(np.array(rounds), 4)[-1]
-  by_round = dict(zip(*base_run['curve']))
-  noise = 100 * np.std([by_round[r] for r in last_quarter])
+  differences = np.array([100 * (ours[r] - base_by_round[r]) for r in rounds])
+  last_ten, best = (
+      '' if g is None else _signed(g) for g in _seed_gains(run, base_run))
+  quarters = ' / '.join(
+      _signed(np.mean(q)) for q in np.array_split(differences, 4))
+  in_last_quarter = len(np.array_split(differences, 4)[-1])
+  spread = 100 * np.std([base_by_round[r] for r in rounds[-in_last_quarter:]])
   second_half = differences[len(differences) // 2:]
-  return (f'| {setting} | {method} vs {baseline} | {seed} | {len(rounds)} | '
+  largest = second_half[np.argmax(np.abs(second_half))]
+  label = f'{len(rounds)}'
+  if shared:
+    label += f' (rounds {rounds[0]}-{rounds[-1]}; 1-{shared} shared)'
+  if not (run['planned'] and base_run['planned']):
+    label += ' (unfinished)'
+  return (f'| {setting} | {method} vs {baseline} | {seed} | {label} | '
           f'{last_ten} | {best} | {quarters} | '
-          f'{int(np.sum(differences > 0))} | '
-          f'{int(np.sum(differences[-len(last_quarter):] > 0))} of '
-          f'{len(last_quarter)} | {np.max(np.abs(second_half)):.2f} | '
-          f'{noise:.2f} |')
+          f'{int(np.sum(differences > 0))} of {len(rounds)} | '
+          f'{int(np.sum(differences[-in_last_quarter:] > 0))} of '
+          f'{in_last_quarter} | {_signed(largest)} | {spread:.2f} |')
 
 
 def _paired_lines(cell: cells.Cell, summary) -> list[str]:
-  """The per-seed comparison of every method with its baseline."""
+  """Every seed of every method against its baseline, round by round.
+
+  Over the rounds both runs have evaluated, after any they share
+  (`_shared_rounds`), and at least 4: the quarters (the mean difference over
+  four consecutive spans, equal to within a round), the rounds ahead, the
+  signed largest gap in the second half, and the baseline's spread (std)
+  over the last quarter.
+  """
   rows = []
   for setting in cell.settings:
     for method in cell.methods:
-      baseline = cell.baseline_of(method)
-      if method == baseline:
+      if method == cell.baseline_of(method):
         continue
-      runs, base_runs = summary[(setting, method)], summary[(setting, baseline)]
+      runs = summary[(setting, method)]
+      base_runs = summary[(setting, cell.baseline_of(method))]
       for seed in sorted(set(runs) & set(base_runs)):
-        rows.append(_paired_row(setting, method, baseline, seed, runs[seed],
+        rows.append(_paired_row(cell, setting, method, seed, runs[seed],
                                 base_runs[seed]))
   rows = [r for r in rows if r]
   if not rows:
     return []
   return [
-      'Per seed, each method against its baseline (accuracy points, method '
-      'minus baseline, over the rounds both runs have). Quarters: the mean '
-      'difference over four equal spans of those rounds. Ahead: rounds the '
-      'method is above. Largest gap: the largest absolute difference in '
-      'the second half. Baseline std: of its accuracy over the last '
-      'quarter, the round-to-round noise a gain stands against.', '',
-      '| setting | method | seed | rounds | last 10 | best round | '
-      'quarters | ahead (rounds) | ahead, last quarter | largest gap, '
-      'second half | baseline std, last quarter |',
+      'Per seed, each method against its baseline, in accuracy points '
+      '(method minus baseline), over the rounds both runs have, after any '
+      'they share (a fork\'s copied rounds). Every seed is listed, '
+      'unfinished ones too. Last 10 and best round: as in the table above '
+      '(blank where the baseline has not reached the method\'s last 10 '
+      'rounds). Quarters: the mean difference over four consecutive spans '
+      'of those rounds, equal to within a round. Ahead: rounds the method '
+      'is strictly above. Largest gap: the difference of largest size in '
+      'the second half of those rounds, with its sign. Baseline spread: '
+      'the std of the baseline\'s accuracy over their last quarter '
+      '(round-to-round noise, plus any trend).', '',
+      '| setting | method | seed | rounds compared | last 10 | best round | '
+      'quarters | ahead | ahead, last quarter | largest gap, second half | '
+      'baseline spread, last quarter |',
       '|---|---|---|---|---|---|---|---|---|---|---|'] + rows + ['']
 
 
-def _metric_row(setting, method, seed, column, directory) -> str:
-  """A per-round metric of a run: its early, lowest and late values.
-
-  Early: the mean over the first tenth of the rounds (per element, min-max
-  over the elements of a list column, one per tensor or layer). Lowest: over
-  all rounds and elements.
-  Late lowest: over the second half of the rounds.
-  """
+def _metric_row(setting, method, seed, column, run, directory) -> str:
+  """A per-round metric of a run: early, lowest and late lowest values."""
   curves = _metric_curves(directory, column)
   if not curves:
     return ''
@@ -428,26 +456,34 @@ def _metric_row(setting, method, seed, column, directory) -> str:
   early_text = (f'{early.min():.4f}' if early.size == 1
                 else f'{early.min():.4f}-{early.max():.4f}')
   late = values[:, values.shape[1] // 2:]
+  rounds = f'{values.shape[1]}' + ('' if run['planned'] else ' (unfinished)')
   return (f'| {setting} | {method} | {seed} | {column.rsplit("/", 1)[-1]} | '
-          f'{values.shape[1]} | {early_text} | {values.min():.4f} | '
-          f'{late.min():.4f} |')
+          f'{rounds} | {early_text} | {_floor(values.min())} | '
+          f'{_floor(late.min())} |')
 
 
 def _metric_lines(cell: cells.Cell, summary) -> list[str]:
-  """The plotted metrics of every run that reports them, summarised."""
-  rows = [_metric_row(setting, method, seed, column,
+  """The plotted metrics of every run that reports them, summarised.
+
+  Over the rounds that report the metric: the mean over their first tenth
+  (rounded up; of a list metric, one value per tensor or layer, the range of
+  the per-element means), the lowest value, and the lowest over their second
+  half (both rounded down).
+  """
+  rows = [_metric_row(setting, method, seed, column, run,
                       run_dir(cell, setting, method, seed))
           for setting in cell.settings for method in cell.methods
-          for seed in sorted(summary[(setting, method)])
+          for seed, run in sorted(summary[(setting, method)].items())
           for column in cell.plotted_metrics]
   rows = [r for r in rows if r]
   if not rows:
     return []
   return [
-      'Plotted metrics per run. Early: the mean over the first tenth of the '
-      'rounds (for a list metric, one value per tensor or layer, the lowest '
-      'and highest element\'s). Lowest: over every round and element. '
-      'Late lowest: over the second half of the rounds.', '',
+      'Plotted metrics per run, over the rounds that report them. Early: '
+      'the mean over the first tenth of those rounds (for a list metric, '
+      'one value per tensor or layer: the range of the per-element means). '
+      'Lowest: over every round and element. Late lowest: over the second '
+      'half of those rounds. Lowest values are rounded down.', '',
       '| setting | method | seed | metric | rounds | early | lowest | late '
       'lowest |', '|---|---|---|---|---|---|---|---|'] + rows + ['']
 
