@@ -23,7 +23,11 @@ def plot_accuracy(
   The file is written to a temporary name and renamed, so `path` is never
   left half-written.
   """
-  figure, axes = plt.subplots(figsize=(6.4, 4.2))
+  # Many lines (a curve per tensor): the legend goes beside the plot.
+  beside = len(curves) > 6
+  figure, axes = plt.subplots(figsize=(9.0 if beside else 6.4, 4.2))
+  if beside:  # 20 colours before one repeats, not 10.
+    axes.set_prop_cycle(color=plt.get_cmap('tab20').colors)
   for label, (rounds, accuracies) in curves.items():
     axes.plot(rounds, accuracies, marker='.' if len(rounds) < 50 else None,
               label=label or None)
@@ -34,7 +38,11 @@ def plot_accuracy(
   if title:
     axes.set_title(title)
   if any(curves):
-    axes.legend()
+    if beside:
+      axes.legend(loc='upper left', bbox_to_anchor=(1.01, 1.0),
+                  fontsize='small')
+    else:
+      axes.legend()
   figure.tight_layout()
   temporary = f'{path}.tmp{os.getpid()}'
   figure.savefig(temporary, format='png', dpi=120)
