@@ -388,9 +388,9 @@ def _paired_row(cell, setting, method, seed, run, base_run) -> str:
   differences = np.array([100 * (ours[r] - base_by_round[r]) for r in rounds])
   last_ten, best = (
       '' if g is None else _signed(g) for g in _seed_gains(run, base_run))
-  quarters = ' / '.join(
-      _signed(np.mean(q)) for q in np.array_split(differences, 4))
-  in_last_quarter = len(np.array_split(differences, 4)[-1])
+  spans = np.array_split(differences, 4)
+  quarters = ' / '.join(_signed(np.mean(q)) for q in spans)
+  in_last_quarter = len(spans[-1])
   spread = 100 * np.std([base_by_round[r] for r in rounds[-in_last_quarter:]])
   second_half = differences[len(differences) // 2:]
   largest = second_half[np.argmax(np.abs(second_half))]
@@ -660,9 +660,9 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
            'time measured so far on the project\'s 2-core machines (per '
            'setting and method, over the runs that exist; a round\'s '
            'training only, '
-           'evaluation and checkpoints add to it; the same run has taken '
-           'from 15 to 37 s per round on different machines of the same '
-           'size). Hours to go: the rounds '
+           'evaluation and checkpoints add to it; runs of one setting and '
+           'method have taken from 15 to 37 s per round on different '
+           'machines of the same size). Hours to go: the rounds '
            'not run yet of every planned run (a forked run\'s first rounds '
            'are its source\'s), each at its measured round '
            'time, else at an estimate from another run (`_round_seconds`: '
