@@ -144,8 +144,12 @@ class ReportTest(absltest.TestCase):
     # times: 2 seeds x 12 rounds x (450 + 1800) s = 15 h; setting c (another
     # model) unknown.
     with open(toy_index) as f:
-      self.assertIn('| toy | Toy cell | 3 / 12 | a/base 1.5, a/method 6.0 | '
-                    '18.5 + 4 runs unknown |', f.read())
+      index = f.read()
+    self.assertIn('| toy | Toy cell | 3 / 12 | a/base 1.5, a/method 6.0 | '
+                  '18.5 + 4 runs unknown |', index)
+    # The widest spread of one setting and method's runs: base's two seeds.
+    self.assertIn('have taken from 300.0 to 600.0 s per round (toy a/base)',
+                  index)
     with open(path) as f:
       report = f.read()
     self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 | '

@@ -172,7 +172,7 @@ FEDLAW = Cell(
         'of seed 10 are not run yet, so the alpha 100 comparison still '
         'rests on seed 8; the issue asks for three seeds here (the paper\'s '
         'FedLAW deficit is within 1 point). Its rounds took a median of '
-        '11.8 s on a slower machine (its first 77 rounds at low priority '
+        '11.8 s on a slower machine (its first 72 rounds at low priority '
         'beside a FedLWS run).',
         'Round times: the FedLAW run\'s 16.8 s per round predate a fix of '
         'the server search (its proxy batches were a tf.data pipeline '

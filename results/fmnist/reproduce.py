@@ -641,36 +641,8 @@ def _forked_rounds(cell, method) -> int:
 def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
   """Writes `results/fmnist/README.md`: every cell, its runs and status."""
   base = os.path.join(_root(), 'results', 'fmnist')
-  lines = ['# Fashion-MNIST reproduction of the five papers', '',
-           'Each cell runs `//experiments:fmnist` with its paper\'s protocol '
-           '(`cells.py`) and reports the paper\'s numbers beside ours, from '
-           'real runs only. Regenerate a cell with `bazel run '
-           '//results/fmnist:reproduce -- --cell=<name>` (it skips finished '
-           'runs, resumes an unfinished one from its checkpoint in the same '
-           'checkout, and rewrites the report); `--report_only` rewrites the '
-           'reports from the committed run files. Checkpoints are not '
-           'committed: in a fresh checkout an unfinished run starts again '
-           'from round 1.', '',
-           'Differences every cell shares with TFF: the client optimizer '
-           'state is reset every round; a client\'s data is repeated E times '
-           'and then batched, so a batch can straddle two epochs.', '',
-           'Hours per run: the planned rounds (the protocol\'s, or a '
-           'reduced protocol\'s where the cell says so; a forked run\'s '
-           'own rounds, after its fork) times the median round '
-           'time measured so far on the project\'s 2-core machines (per '
-           'setting and method, over the runs that exist; a round\'s '
-           'training only, '
-           'evaluation and checkpoints add to it; runs of one setting and '
-           'method have taken from 15 to 37 s per round on different '
-           'machines of the same size). Hours to go: the rounds '
-           'not run yet of every planned run (a forked run\'s first rounds '
-           'are its source\'s), each at its measured round '
-           'time, else at an estimate from another run (`_round_seconds`: '
-           'its baseline, or the same method on the same model); runs with '
-           'neither are counted as unknown.', '',
-           '| cell | protocol | runs finished / planned | hours per run '
-           '(measured) | hours to go (estimated) | report |',
-           '|---|---|---|---|---|---|']
+  rows = []
+  widest = None  # (ratio, fastest, slowest, where) of one setting and method.
   for cell in all_cells:
     planned = len(cell.settings) * len(cell.methods) * len(cell.seeds)
     finished = 0
@@ -691,6 +663,10 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     hours = ', '.join(
         f'{setting}/{method} {np.median(s) * own_rounds[method] / 3600:.1f}'
         for (setting, method), s in seconds.items()) or 'not measured'
+    for (setting, method), s in seconds.items():
+      if len(s) > 1 and (widest is None or max(s) / min(s) > widest[0]):
+        widest = (max(s) / min(s), min(s), max(s),
+                  f'{cell.name} {setting}/{method}')
     to_go, unknown = 0.0, 0
     for setting in cell.settings:
       for method in cell.methods:
@@ -714,8 +690,42 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     title = cell.title + (
         f' **reduced: {cell.reduced_rounds} of {cell.rounds} rounds**'
         if cell.reduced_rounds else '')
-    lines.append(f'| {cell.name} | {title} | {finished} / {planned} | '
-                 f'{hours} | {to_go_text} | {link} |')
+    rows.append(f'| {cell.name} | {title} | {finished} / {planned} | '
+                f'{hours} | {to_go_text} | {link} |')
+  spread = '' if widest is None else (
+      f'; the runs of one setting and method have taken from '
+      f'{widest[1]:.1f} to {widest[2]:.1f} s per round ({widest[3]}), on '
+      'machines of the same size, alone or beside another run')
+  lines = ['# Fashion-MNIST reproduction of the five papers', '',
+           'Each cell runs `//experiments:fmnist` with its paper\'s protocol '
+           '(`cells.py`) and reports the paper\'s numbers beside ours, from '
+           'real runs only. Regenerate a cell with `bazel run '
+           '//results/fmnist:reproduce -- --cell=<name>` (it skips finished '
+           'runs, resumes an unfinished one from its checkpoint in the same '
+           'checkout, and rewrites the report); `--report_only` rewrites the '
+           'reports from the committed run files. Checkpoints are not '
+           'committed: in a fresh checkout an unfinished run starts again '
+           'from round 1.', '',
+           'Differences every cell shares with TFF: the client optimizer '
+           'state is reset every round; a client\'s data is repeated E times '
+           'and then batched, so a batch can straddle two epochs.', '',
+           'Hours per run: the planned rounds (the protocol\'s, or a '
+           'reduced protocol\'s where the cell says so; a forked run\'s '
+           'own rounds, after its fork) times the median round '
+           'time measured so far on the project\'s 2-core machines (per '
+           'setting and method, over the runs that exist; a round\'s '
+           'training only, '
+           f'evaluation and checkpoints add to it{spread}). Hours to go: '
+           'the rounds '
+           'not run yet of every planned run (a forked run\'s first rounds '
+           'are its source\'s), each at its measured round '
+           'time, else at an estimate from another run (`_round_seconds`: '
+           'its baseline, or the same method on the same model); runs with '
+           'neither are counted as unknown.', '',
+           '| cell | protocol | runs finished / planned | hours per run '
+           '(measured) | hours to go (estimated) | report |',
+           '|---|---|---|---|---|---|']
+  lines += rows
   path = os.path.join(base, 'README.md')
   run_files.write_text(path, '\n'.join(lines) + '\n')
   return path
