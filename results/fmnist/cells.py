@@ -179,7 +179,8 @@ FEDLAW = Cell(
         '89.72). Gamma stayed nearer 1 over rounds 1-20 than at seed 8 '
         '(mean 1.007 and 1.017, up to 1.08) and averaged 0.993-0.994 over '
         'rounds 101-200; lambda\'s entropy (0.99, 0.92) and largest weight '
-        '(0.07, 0.20) match seed 8\'s (seed 10: next item). Rounds took a median of 10.2-11.8 s on a slower machine '
+        '(0.07, 0.20) match seed 8\'s (seed 10: next item). Rounds took a '
+        'median of 10.2-11.8 s on a slower machine '
         '(FedAvg\'s first 72 rounds ran at low priority beside a FedLWS '
         'run; FedLAW and SWA ran at normal priority beside a low-priority '
         'FedLWS run).',
@@ -197,7 +198,8 @@ FEDLAW = Cell(
         '-0.78: the same sign at every seed, 43% of the paper\'s size on '
         'average, and seed 10 alone (-0.66) comes close to it. SWA at '
         'seed 10 has 103 of 200 rounds, so its comparison rests on seeds '
-        '8 and 9. FedAvg and FedLAW took a median of 8.5 and 8.4 s per round, '
+        '8 and 9. FedAvg and FedLAW took a median of 8.5 and 8.4 s per '
+        'round, '
         'beside a low-priority FedLWS run.',
         'Round times: the FedLAW run\'s 16.8 s per round predate a fix of '
         'the server search (its proxy batches were a tf.data pipeline '

@@ -642,7 +642,7 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
   """Writes `results/fmnist/README.md`: every cell, its runs and status."""
   base = os.path.join(_root(), 'results', 'fmnist')
   rows = []
-  widest = None  # (ratio, fastest, slowest, where) of one setting and method.
+  spreads = []  # (fastest, slowest, where): the runs of one setting, method.
   for cell in all_cells:
     planned = len(cell.settings) * len(cell.methods) * len(cell.seeds)
     finished = 0
@@ -663,10 +663,8 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     hours = ', '.join(
         f'{setting}/{method} {np.median(s) * own_rounds[method] / 3600:.1f}'
         for (setting, method), s in seconds.items()) or 'not measured'
-    for (setting, method), s in seconds.items():
-      if len(s) > 1 and (widest is None or max(s) / min(s) > widest[0]):
-        widest = (max(s) / min(s), min(s), max(s),
-                  f'{cell.name} {setting}/{method}')
+    spreads += [(min(s), max(s), f'{cell.name} {setting}/{method}')
+                for (setting, method), s in seconds.items() if len(s) > 1]
     to_go, unknown = 0.0, 0
     for setting in cell.settings:
       for method in cell.methods:
@@ -692,10 +690,12 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
         if cell.reduced_rounds else '')
     rows.append(f'| {cell.name} | {title} | {finished} / {planned} | '
                 f'{hours} | {to_go_text} | {link} |')
-  spread = '' if widest is None else (
-      f'; the runs of one setting and method have taken from '
-      f'{widest[1]:.1f} to {widest[2]:.1f} s per round ({widest[3]}), on '
-      'machines of the same size, alone or beside another run')
+  spread = ''
+  if spreads:
+    fastest, slowest, where = max(spreads, key=lambda r: r[1] / r[0])
+    spread = (f'; the runs of one setting and method have taken from '
+              f'{fastest:.1f} to {slowest:.1f} s per round ({where}), on '
+              'machines of the same size, alone or beside another run')
   lines = ['# Fashion-MNIST reproduction of the five papers', '',
            'Each cell runs `//experiments:fmnist` with its paper\'s protocol '
            '(`cells.py`) and reports the paper\'s numbers beside ours, from '
