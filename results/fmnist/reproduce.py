@@ -329,7 +329,7 @@ def _format_gain(stat, baseline):
   if stat is None:
     return ''
   mean, std, n = stat
-  return f'{mean:+.2f} ± {std:.2f} vs {baseline} ({_seeds(n)})'
+  return f'{_signed(mean)} ± {std:.2f} vs {baseline} ({_seeds(n)})'
 
 
 def _seed_gains(run, base_run):
@@ -568,7 +568,7 @@ def write_report(cell: cells.Cell) -> str:
       gain = _mean_std([g for g, _ in seed_gains if g is not None])
       paper = cell.paper.get((setting, method))
       paper_base = cell.paper.get((setting, baseline))
-      paper_gain = (f'{paper - paper_base:+.2f} vs {baseline}'
+      paper_gain = (f'{_signed(paper - paper_base)} vs {baseline}'
                     if paper is not None and paper_base is not None
                     and method != baseline else '')
       our_gain = _format_gain(gain, baseline)
