@@ -663,9 +663,9 @@ FEDLWS = Cell(
         'seed 10: behind its FedProx by 0.28 point over rounds 1-50, then '
         'by 0.02, ahead by 0.06 and 0.01; ahead in 64 of the 100 rounds '
         'after round 100 and within 0.26 point of it in each, so the '
-        'last-10 gap is '
-        'inside the round-to-round noise (FedProx (SGDM) varies by 0.12 '
-        'point, standard deviation, over its last 50 rounds). Its shrink '
+        'last-10 gap is inside the round-to-round noise (FedProx (SGDM) '
+        'varies by 0.12 point, standard deviation, over its last 50 '
+        'rounds). Its shrink '
         'is that of FedAvg + LWS (per-layer gamma 0.985-0.999 on average '
         'over rounds 1-20, as low as 0.888; at least 0.9996 after round '
         '100). As at alpha 0.1 (-0.05), LWS on FedProx (SGDM) ends level '
@@ -679,8 +679,7 @@ FEDLWS = Cell(
         'average over rounds 1-20, as low as 0.991; at least 0.9999 after '
         'round 100), and the curve follows its FedProx (behind by 0.22 '
         'point over rounds 1-50, then 0.05, 0.05 and 0.09 (151-184); '
-        'within 0.30 point of '
-        'it in every round after 100).',
+        'within 0.30 point of it in every round after 100).',
     ),
 )
 
