@@ -192,6 +192,23 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| a | method |  | 85.00 ± 2.00 (2 seeds) |  | +3.00 ± 0.00 '
                   'vs base (1 seed) | 12, 12 |', report)
 
+  def test_a_gain_that_rounds_to_zero_has_a_plus_sign(self):
+    cell = cells.Cell(
+        name='toy6', title='', source='', rounds=12, seeds=(1,),
+        common={}, settings={'a': {}},
+        methods={'base': {}, 'method': {}}, baseline='base',
+        paper={('a', 'base'): 80.0, ('a', 'method'): 79.996})
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root):
+      _write_run(reproduce.run_dir(cell, 'a', 'base', 1), [0.80] * 12)
+      _write_run(reproduce.run_dir(cell, 'a', 'method', 1), [0.79999] * 12)
+      with open(reproduce.write_report(cell)) as f:
+        report = f.read()
+    # Both gains are -0.001 and -0.004 points: shown as +0.00, not -0.00.
+    self.assertNotIn('-0.00', report)
+    self.assertIn('| a | method | 80.00 | 80.00 ± 0.00 (1 seed) | +0.00 vs '
+                  'base | +0.00 ± 0.00 vs base (1 seed) |', report)
+
   def test_per_seed_comparison_and_metric_summary(self):
     column = 'train/finalizer/high_fraction'
     cell = cells.Cell(
