@@ -204,7 +204,7 @@ class ReportTest(absltest.TestCase):
       _write_run(reproduce.run_dir(cell, 'a', 'method', 1), [0.79999] * 12)
       with open(reproduce.write_report(cell)) as f:
         report = f.read()
-    # Both gains are -0.001 and -0.004 points: shown as +0.00, not -0.00.
+    # Our gain is -0.001 point and the paper's -0.004: both show as +0.00.
     self.assertNotIn('-0.00', report)
     self.assertIn('| a | method | 80.00 | 80.00 ± 0.00 (1 seed) | +0.00 vs '
                   'base | +0.00 ± 0.00 vs base (1 seed) |', report)
