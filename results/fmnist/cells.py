@@ -665,11 +665,11 @@ FEDLWS = Cell(
         'after round 100 and within 0.26 point of it in each, so the '
         'last-10 gap is inside the round-to-round noise (FedProx (SGDM) '
         'varies by 0.12 point, standard deviation, over its last 50 '
-        'rounds). Its shrink '
-        'is that of FedAvg + LWS (per-layer gamma 0.985-0.999 on average '
-        'over rounds 1-20, as low as 0.888; at least 0.9996 after round '
-        '100). As at alpha 0.1 (-0.05), LWS on FedProx (SGDM) ends level '
-        'with its baseline at seed 10, not 0.5 point above it.',
+        'rounds). Its shrink is that of FedAvg + LWS (per-layer gamma '
+        '0.985-0.999 on average over rounds 1-20, as low as 0.888; at '
+        'least 0.9996 after round 100). As at alpha 0.1 (-0.05), LWS on '
+        'FedProx (SGDM) ends level with its baseline at seed 10, not 0.5 '
+        'point above it.',
         'Alpha 0.5, seed 10, plain FedProx + LWS (200 rounds; stopped at '
         'rounds 148 and 184 and resumed from checkpoints): 85.62, -0.09 '
         'against its FedProx where the paper has +0.55 (best round 85.91 '
