@@ -717,13 +717,6 @@ FEDLWS = Cell(
         '+0.09 ± 0.07 (per seed +0.02, +0.19, +0.05): with mu = 0.001 our '
         'FedProx (SGDM) stays within a fifth of a point of FedAvg, where '
         'the paper has it 0.65 above.',
-        'Alpha 0.5, seed 12, FedProx (SGDM) + LWS, unfinished at 59 of '
-        '200 rounds (its table entries cover those rounds; it resumes from '
-        'its checkpoint): 88.06 over rounds 50-59, +0.09 against its '
-        'FedProx (SGDM) over the same rounds (best round 88.39 against '
-        '88.12). It leads by 0.83 point over rounds 1-15, then by 0.00, '
-        '-0.26 and +0.02 over rounds 16-30, 31-45 and 46-59; ahead in 24 '
-        'of the 59 rounds. Too early to read an end result.',
     ),
 )
 
