@@ -34,6 +34,14 @@ _CELL = cells.Cell(
 )
 
 
+def _toy_cell(name, **fields):
+  """A one-seed cell of setting 'a' and methods 'base' and 'method'."""
+  minimal = dict(title='', source='', rounds=12, seeds=(1,), common={},
+                 settings={'a': {}}, methods={'base': {}, 'method': {}},
+                 baseline='base', paper={})
+  return cells.Cell(name=name, **{**minimal, **fields})
+
+
 def _write_rows(directory, rows, names=(
     'key', 'test/sparse_categorical_accuracy', 'round_seconds')):
   os.makedirs(directory, exist_ok=True)
@@ -175,10 +183,7 @@ class ReportTest(absltest.TestCase):
                   '\n', report)
 
   def test_gain_names_the_seeds_it_pairs(self):
-    cell = cells.Cell(
-        name='toy4', title='', source='', rounds=12, seeds=(1, 2),
-        common={}, settings={'a': {}},
-        methods={'base': {}, 'method': {}}, baseline='base', paper={})
+    cell = _toy_cell('toy4', seeds=(1, 2))
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
       _write_run(reproduce.run_dir(cell, 'a', 'base', 1), [0.80] * 12)
@@ -193,11 +198,8 @@ class ReportTest(absltest.TestCase):
                   'vs base (1 seed) | 12, 12 |', report)
 
   def test_a_gain_that_rounds_to_zero_has_a_plus_sign(self):
-    cell = cells.Cell(
-        name='toy6', title='', source='', rounds=12, seeds=(1,),
-        common={}, settings={'a': {}},
-        methods={'base': {}, 'method': {}}, baseline='base',
-        paper={('a', 'base'): 80.0, ('a', 'method'): 79.996})
+    cell = _toy_cell(
+        'toy6', paper={('a', 'base'): 80.0, ('a', 'method'): 79.996})
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
       _write_run(reproduce.run_dir(cell, 'a', 'base', 1), [0.80] * 12)
@@ -211,10 +213,8 @@ class ReportTest(absltest.TestCase):
 
   def test_per_seed_comparison_and_metric_summary(self):
     column = 'train/finalizer/high_fraction'
-    cell = cells.Cell(
-        name='toy5', title='', source='', rounds=8, seeds=(1,), common={},
-        settings={'a': {}, 'b': {}, 'c': {}, 'd': {}},
-        methods={'base': {}, 'method': {}}, baseline='base', paper={},
+    cell = _toy_cell(
+        'toy5', rounds=8, settings={'a': {}, 'b': {}, 'c': {}, 'd': {}},
         forks={'base': ('method', 2)}, plotted_metrics=(column,))
     names = ('key', 'test/sparse_categorical_accuracy', 'round_seconds',
              column)
@@ -284,12 +284,11 @@ class ReportTest(absltest.TestCase):
     self.assertEqual(reproduce._metric_curves(directory, 'missing'), {})
 
   def test_reduced_protocol_and_best_round(self):
-    cell = cells.Cell(
-        name='toy3', title='Toy reduced', source='', rounds=40, seeds=(1,),
-        common={}, settings={'a': {}},
+    cell = _toy_cell(
+        'toy3', title='Toy reduced', rounds=40,
         methods={'base': {}, 'method': {}, 'late': {}, 'long': {}},
-        baseline='base', paired={'long': 'late'},
-        paper={}, reduced_rounds=20, reduced='Fewer rounds.', best_round=True)
+        paired={'long': 'late'}, reduced_rounds=20, reduced='Fewer rounds.',
+        best_round=True)
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
       # Base peaks at 0.9 in round 15, and at 0.95 in round 25.
@@ -332,12 +331,10 @@ class ReportTest(absltest.TestCase):
                   '|', index)
 
   def test_round_time_estimate_follows_baselines_and_models(self):
-    cell = cells.Cell(
-        name='toy2', title='', source='', rounds=10, seeds=(1,),
-        common=dict(model='mlp'),
+    cell = _toy_cell(
+        'toy2', rounds=10, common=dict(model='mlp'),
         settings={'a': {}, 'b': {}, 'c': dict(model='lenet')},
-        methods={'base': {}, 'mid': {}, 'top': {}}, baseline='base',
-        paper={}, paired={'top': 'mid'})
+        methods={'base': {}, 'mid': {}, 'top': {}}, paired={'top': 'mid'})
     measured = {('a', 'base'): [10.0, 30.0], ('b', 'mid'): [50.0]}
     estimate = lambda s, m: reproduce._round_seconds(cell, measured, s, m)  # pylint: disable=protected-access
     self.assertEqual(estimate('a', 'base'), 20.0)
