@@ -34,12 +34,12 @@ _CELL = cells.Cell(
 )
 
 
-def _toy_cell(name, **fields):
-  """A one-seed cell of setting 'a' and methods 'base' and 'method'."""
-  minimal = dict(title='', source='', rounds=12, seeds=(1,), common={},
-                 settings={'a': {}}, methods={'base': {}, 'method': {}},
-                 baseline='base', paper={})
-  return cells.Cell(name=name, **{**minimal, **fields})
+# A one-seed cell of setting 'a' and methods 'base' and 'method'; tests
+# `dataclasses.replace` the fields they vary.
+_MINIMAL_CELL = cells.Cell(
+    name='minimal', title='', source='', rounds=12, seeds=(1,), common={},
+    settings={'a': {}}, methods={'base': {}, 'method': {}}, baseline='base',
+    paper={})
 
 
 def _write_rows(directory, rows, names=(
@@ -183,7 +183,7 @@ class ReportTest(absltest.TestCase):
                   '\n', report)
 
   def test_gain_names_the_seeds_it_pairs(self):
-    cell = _toy_cell('toy4', seeds=(1, 2))
+    cell = dataclasses.replace(_MINIMAL_CELL, name='toy4', seeds=(1, 2))
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
       _write_run(reproduce.run_dir(cell, 'a', 'base', 1), [0.80] * 12)
@@ -198,8 +198,9 @@ class ReportTest(absltest.TestCase):
                   'vs base (1 seed) | 12, 12 |', report)
 
   def test_a_gain_that_rounds_to_zero_has_a_plus_sign(self):
-    cell = _toy_cell(
-        'toy6', paper={('a', 'base'): 80.0, ('a', 'method'): 79.996})
+    cell = dataclasses.replace(
+        _MINIMAL_CELL, name='toy6',
+        paper={('a', 'base'): 80.0, ('a', 'method'): 79.996})
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
       _write_run(reproduce.run_dir(cell, 'a', 'base', 1), [0.80] * 12)
@@ -213,8 +214,9 @@ class ReportTest(absltest.TestCase):
 
   def test_per_seed_comparison_and_metric_summary(self):
     column = 'train/finalizer/high_fraction'
-    cell = _toy_cell(
-        'toy5', rounds=8, settings={'a': {}, 'b': {}, 'c': {}, 'd': {}},
+    cell = dataclasses.replace(
+        _MINIMAL_CELL, name='toy5', rounds=8,
+        settings={'a': {}, 'b': {}, 'c': {}, 'd': {}},
         forks={'base': ('method', 2)}, plotted_metrics=(column,))
     names = ('key', 'test/sparse_categorical_accuracy', 'round_seconds',
              column)
@@ -284,8 +286,8 @@ class ReportTest(absltest.TestCase):
     self.assertEqual(reproduce._metric_curves(directory, 'missing'), {})
 
   def test_reduced_protocol_and_best_round(self):
-    cell = _toy_cell(
-        'toy3', title='Toy reduced', rounds=40,
+    cell = dataclasses.replace(
+        _MINIMAL_CELL, name='toy3', title='Toy reduced', rounds=40,
         methods={'base': {}, 'method': {}, 'late': {}, 'long': {}},
         paired={'long': 'late'}, reduced_rounds=20, reduced='Fewer rounds.',
         best_round=True)
@@ -331,8 +333,8 @@ class ReportTest(absltest.TestCase):
                   '|', index)
 
   def test_round_time_estimate_follows_baselines_and_models(self):
-    cell = _toy_cell(
-        'toy2', rounds=10, common=dict(model='mlp'),
+    cell = dataclasses.replace(
+        _MINIMAL_CELL, name='toy2', rounds=10, common=dict(model='mlp'),
         settings={'a': {}, 'b': {}, 'c': dict(model='lenet')},
         methods={'base': {}, 'mid': {}, 'top': {}}, paired={'top': 'mid'})
     measured = {('a', 'base'): [10.0, 30.0], ('b', 'mid'): [50.0]}

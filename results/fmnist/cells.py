@@ -742,7 +742,7 @@ FEDLWS = Cell(
         'point above the 25 before them), and with a higher train loss '
         '(0.239 against 0.143 at round 200). Over seeds 10 and 11 it is '
         '85.50 ± 0.21 and 4.71 ± 0.05 points below FedAvg (per seed -4.76, '
-        '-4.66): the plain-SGD FedProx gap does not depend on the seed.',
+        '-4.66): the plain-SGD FedProx gap is the same at both seeds.',
     ),
 )
 
