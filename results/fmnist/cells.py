@@ -674,7 +674,7 @@ FEDLWS = Cell(
         'rounds 148 and 184 and resumed from checkpoints): 85.62, -0.09 '
         'against its FedProx where the paper has +0.55 (best round 85.91 '
         'against 85.99). As at alpha 0.1, the small plain-SGD updates leave '
-        'LWS almost nothing to shrink (per-layer gamma at least 0.998 on '
+        'LWS almost nothing to shrink (per-layer gamma at least 0.997 on '
         'average over rounds 1-20, as low as 0.991; at least 0.9999 after '
         'round 100), and the curve follows its FedProx: behind by 0.22 '
         'point over rounds 1-50, then 0.05, 0.05 and 0.09, ahead in 45 of '
