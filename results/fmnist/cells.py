@@ -249,20 +249,22 @@ FEDCDA = Cell(
            'fedcda_k1': ('fedcda', _FEDCDA_WARMUP)},
     reduced_rounds=80,
     reduced=(
-        'A round costs 55-420 s on this 2-core machine, following the '
-        'examples its 4 clients hold (FedCDA at Dirichlet 0.1, seed 0: '
+        'A round has cost 55-905 s on the project\'s 2-core machines (up to '
+        '581 s alone), following the examples its 4 clients hold and the '
+        'machine (alone, about 1400 examples/s on one, 500 on another; FedCDA '
+        'at Dirichlet 0.1, seed 0: '
         'median 181 s, 4.0 hours for its 80 rounds; FedAvg\'s 30 own rounds '
         'after the fork took 1.3 hours), so 200 rounds take about 10 hours '
-        'and the cell\'s runs (FedAvg and K = 1 forked at round 50, below) '
-        'about 140 hours. Every run stops at '
-        'round 80 instead; nothing else '
-        'changes, and FedCDA\'s warm-up stays at 50 rounds (the spec '
-        'forbids changing FedCDA-only knobs to save time). So FedCDA selects '
-        'across rounds only in rounds 51-80 (30 rounds instead of 150), every '
-        'method is measured on rounds 71-80, and the models are further from '
-        'convergence than at round 200: absolute accuracies are expected '
-        'below the paper\'s, and the methods compare at the same round. '
-        'Extending a run in the same checkout: --rounds=200 resumes it.'),
+        '(27 on the slower machine) and the cell\'s runs (FedAvg and K = 1 '
+        'forked at round 50, below) about 140 hours. Every run stops at '
+        'round 80 instead; nothing else changes, and FedCDA\'s warm-up stays '
+        'at 50 rounds (the spec forbids changing FedCDA-only knobs to save '
+        'time). So FedCDA selects across rounds only in rounds 51-80 (30 '
+        'rounds instead of 150), every method is measured on rounds 71-80, '
+        'and the models are further from convergence than at round 200: '
+        'absolute accuracies are expected below the paper\'s, and the '
+        'methods compare at the same round. Extending a run in the same '
+        'checkout: --rounds=200 resumes it.'),
     paper={
         ('dirichlet0.1', 'fedavg'): 71.81,
         ('dirichlet0.3', 'fedavg'): 75.97,
@@ -298,7 +300,8 @@ FEDCDA = Cell(
         'computes the same models as the in-state version.',
         'The spec\'s resampling until every client has at least 10 examples '
         'is not implemented; the smallest client has 23 examples at '
-        'Dirichlet 0.1 with seed 0 and 65 with seed 1, so it would not '
+        'Dirichlet 0.1 with seed 0 and 65 with seed 1 (999 and 1098 at '
+        'Dirichlet 0.3; every shards-2 client has 3000), so it would not '
         'trigger.',
         'A client\'s loss in FedCDA\'s objective is that of the last 1/E of '
         'its examples seen, since a batch can straddle two epochs.',
