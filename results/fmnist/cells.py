@@ -251,20 +251,19 @@ FEDCDA = Cell(
     reduced=(
         'A round has cost 55-905 s on the project\'s 2-core machines (up to '
         '585 s alone), following the examples its 4 clients hold and the '
-        'machine (alone, about 1400 examples/s on one, 500 on another; FedCDA '
-        'at Dirichlet 0.1, seed 0: '
-        'median 181 s, 4.0 hours for its 80 rounds; FedAvg\'s 30 own rounds '
-        'after the fork took 1.3 hours), so 200 rounds take about 10 hours '
-        '(27 on the slower machine) and the cell\'s runs (FedAvg and K = 1 '
-        'forked at round 50, below) about 140 hours. Every run stops at '
-        'round 80 instead; nothing else changes, and FedCDA\'s warm-up stays '
-        'at 50 rounds (the spec forbids changing FedCDA-only knobs to save '
-        'time). So FedCDA selects across rounds only in rounds 51-80 (30 '
-        'rounds instead of 150), every method is measured on rounds 71-80, '
-        'and the models are further from convergence than at round 200: '
-        'absolute accuracies are expected below the paper\'s, and the '
-        'methods compare at the same round. Extending a run in the same '
-        'checkout: --rounds=200 resumes it.'),
+        'machine (alone, about 1400 examples/s on one, 500 on another; '
+        'FedCDA at Dirichlet 0.1, seed 0: median 181 s, 4.0 hours for its 80 '
+        'rounds; FedAvg\'s 30 own rounds after the fork took 1.3 hours), so '
+        '200 rounds take about 10 hours (27 on the slower machine) and the '
+        'cell\'s runs (FedAvg and K = 1 forked at round 50, below) about 140 '
+        'hours (380). Every run stops at round 80 instead; nothing else '
+        'changes, and FedCDA\'s warm-up stays at 50 rounds (the spec forbids '
+        'changing FedCDA-only knobs to save time). So FedCDA selects across '
+        'rounds only in rounds 51-80 (30 rounds instead of 150), every '
+        'method is measured on rounds 71-80, and the models are further from '
+        'convergence than at round 200: absolute accuracies are expected '
+        'below the paper\'s, and the methods compare at the same round. '
+        'Extending a run in the same checkout: --rounds=200 resumes it.'),
     paper={
         ('dirichlet0.1', 'fedavg'): 71.81,
         ('dirichlet0.3', 'fedavg'): 75.97,
