@@ -197,6 +197,31 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| a | method |  | 85.00 ± 2.00 (2 seeds) |  | +3.00 ± 0.00 '
                   'vs base (1 seed) | 12, 12 |', report)
 
+  def test_no_gain_over_rounds_both_forks_copied(self):
+    cell = dataclasses.replace(
+        _MINIMAL_CELL, name='toy7', rounds=20, seeds=(1, 2),
+        methods={'source': {}, 'base': {}, 'method': {}},
+        forks={'base': ('source', 12), 'method': ('source', 12)})
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root):
+      for seed in (1, 2):
+        _write_run(reproduce.run_dir(cell, 'a', 'source', seed), [0.8] * 14)
+        # Seed 1: both forks have only the source's rounds 1-12; seed 2 has
+        # rounds 13-14 of their own.
+        own = {1: ([], []), 2: ([0.80] * 2, [0.84] * 2)}[seed]
+        for method, rows in zip(('base', 'method'), own):
+          directory = reproduce.run_dir(cell, 'a', method, seed)
+          _write_run(directory, [0.8] * 12 + rows)
+          run_files.write_json(
+              os.path.join(directory, 'fork.json'),
+              {'source': f'source_seed{seed}', 'round': 12})
+      with open(reproduce.write_report(cell)) as f:
+        report = f.read()
+    # The mean counts both seeds; the gain seed 2 only: rounds 5-14,
+    # (8 * 80 + 2 * 84) / 10 against 80.
+    self.assertIn('| a | method |  | 80.40 ± 0.40 (2 seeds) |  | +0.80 ± 0.00 '
+                  'vs base (1 seed) |', report)
+
   def test_a_gain_that_rounds_to_zero_has_a_plus_sign(self):
     cell = dataclasses.replace(
         _MINIMAL_CELL, name='toy6',

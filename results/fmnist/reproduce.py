@@ -506,7 +506,8 @@ def write_report(cell: cells.Cell) -> str:
            'method\'s finished runs where it has any, else its unfinished '
            'ones. A gain pairs each counted seed with the baseline\'s run of '
            'that seed, leaves out a seed whose baseline has not reached the '
-           'rounds compared, and names how many seeds it pairs.', '']
+           'rounds compared or whose two runs have only rounds they share '
+           '(a fork\'s copies), and names how many seeds it pairs.', '']
   if cell.reduced_rounds:
     lines += [f'**Reduced protocol: {cell.reduced_rounds} of the paper\'s '
               f'{cell.rounds} rounds.** {cell.reduced}', '']
@@ -559,9 +560,13 @@ def write_report(cell: cells.Cell) -> str:
       ours = _mean_std([r['accuracy'] for r in counted.values()])
       baseline = cell.baseline_of(method)
       base_runs = summary[(setting, baseline)]
-      # The baseline has no gain over itself.
-      common = (sorted(set(counted) & set(base_runs))
-                if method != baseline else [])
+      # The baseline has no gain over itself, nor a run over rounds that
+      # are all one computation with its baseline's (a fork's copies).
+      common = [s for s in sorted(set(counted) & set(base_runs))
+                if method != baseline
+                and min(runs[s]['rounds'], base_runs[s]['rounds'])
+                > _shared_rounds(cell, method, baseline, runs[s],
+                                 base_runs[s])]
       # Against the baseline over the same rounds (an unfinished run is
       # compared with the baseline at the rounds it reached).
       seed_gains = [_seed_gains(runs[s], base_runs[s]) for s in common]
