@@ -208,7 +208,7 @@ class ReportTest(absltest.TestCase):
         _write_run(reproduce.run_dir(cell, 'a', 'source', seed), [0.8] * 14)
         # Seed 1: both forks have only the source's rounds 1-12; seed 2 has
         # rounds 13-14 of their own.
-        own = {1: ([], []), 2: ([0.80] * 2, [0.84] * 2)}[seed]
+        own = ([], []) if seed == 1 else ([0.80] * 2, [0.84] * 2)
         for method, rows in zip(('base', 'method'), own):
           directory = reproduce.run_dir(cell, 'a', method, seed)
           _write_run(directory, [0.8] * 12 + rows)
