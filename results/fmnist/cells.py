@@ -250,7 +250,7 @@ FEDCDA = Cell(
     reduced_rounds=80,
     reduced=(
         'A round has cost 55-905 s on the project\'s 2-core machines (up to '
-        '704 s alone), following the examples its 4 clients hold and the '
+        '769 s alone), following the examples its 4 clients hold and the '
         'machine (alone, about 1400 examples/s on one, 470 on another; '
         'FedCDA at Dirichlet 0.1, seed 0: median 181 s, 4.0 hours for its 80 '
         'rounds; FedAvg\'s 30 own rounds after the fork took 1.3 hours), so '
