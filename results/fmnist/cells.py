@@ -331,8 +331,9 @@ FEDCDA = Cell(
         'cross-round selection, which costs up to 1.2 points here; the paper '
         'reports the opposite (Fig. 2a/b: newest far below the selection, '
         'accuracy rising with K) on CIFAR-10 with ResNet-18, not on this '
-        'data set. Dirichlet 0.3 is unfinished (its rows above), and '
-        'shards 2 and seed 1 are not run.',
+        'data set. At Dirichlet 0.3 FedCDA has finished but FedAvg and '
+        'K = 1 have not (rows above), so it has no gain yet; shards 2 and '
+        'seed 1 are not run.',
     ),
 )
 
