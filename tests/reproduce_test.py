@@ -284,10 +284,11 @@ class ReportTest(absltest.TestCase):
     self.assertNotIn('| base vs base |', report)
     # Rounds 3-6 only (1-2 are copies), each +10; the method has not reached
     # the planned 8 rounds. Last 10 and best as in the table above: rounds
-    # 1-6, 45 against base's 38.33; best 60 against 50.
+    # 1-6, 45 against base's 38.33; best 60 against 50. A one-round last
+    # quarter has no spread (-).
     self.assertIn('| c | method vs base | 1 | 4 (rounds 3-6; 1-2 shared) '
                   '(unfinished) | +6.67 | +10.00 | +10.00 / +10.00 / +10.00 '
-                  '/ +10.00 | 4 of 4 | 1 of 1 | +10.00 | 0.00 |', report)
+                  '/ +10.00 | 4 of 4 | 1 of 1 | +10.00 | - |', report)
     self.assertNotIn('| d | method vs base |', report)
     # Early: rounds 1-2 (the first tenth of 15, rounded up): means 0.8 and
     # 0.65. Lowest 0.5 (round 1); late lowest over rounds 8-15 (round 7's

@@ -391,7 +391,8 @@ def _paired_row(cell, setting, method, seed, run, base_run) -> str:
   spans = np.array_split(differences, 4)
   quarters = ' / '.join(_signed(np.mean(q)) for q in spans)
   in_last_quarter = len(spans[-1])
-  spread = 100 * np.std([base_by_round[r] for r in rounds[-in_last_quarter:]])
+  last_quarter = [base_by_round[r] for r in rounds[-in_last_quarter:]]
+  spread = f'{100 * np.std(last_quarter):.2f}' if len(last_quarter) > 1 else '-'
   second_half = differences[len(differences) // 2:]
   largest = second_half[np.argmax(np.abs(second_half))]
   label = f'{len(rounds)}'
@@ -403,7 +404,7 @@ def _paired_row(cell, setting, method, seed, run, base_run) -> str:
           f'{last_ten} | {best} | {quarters} | '
           f'{int(np.sum(differences > 0))} of {len(rounds)} | '
           f'{int(np.sum(differences[-in_last_quarter:] > 0))} of '
-          f'{in_last_quarter} | {_signed(largest)} | {spread:.2f} |')
+          f'{in_last_quarter} | {_signed(largest)} | {spread} |')
 
 
 def _paired_lines(cell: cells.Cell, summary) -> list[str]:
@@ -441,7 +442,8 @@ def _paired_lines(cell: cells.Cell, summary) -> list[str]:
       'is strictly above. Largest gap: the difference of largest size in '
       'the second half of those rounds, with its sign. Baseline spread: '
       'the std of the baseline\'s accuracy over their last quarter '
-      '(round-to-round noise, plus any trend).', '',
+      '(round-to-round noise, plus any trend); - where that quarter is a '
+      'single round.', '',
       '| setting | method | seed | rounds compared | last 10 | best round | '
       'quarters | ahead | ahead, last quarter | largest gap, second half | '
       'baseline spread, last quarter |',
