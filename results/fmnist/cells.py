@@ -332,7 +332,8 @@ FEDCDA = Cell(
         'reports the opposite (Fig. 2a/b: newest far below the selection, '
         'accuracy rising with K) on CIFAR-10 with ResNet-18, not on this '
         'data set. At Dirichlet 0.3 FedCDA has finished but FedAvg and '
-        'K = 1 have not (rows above), so it has no gain yet; shards 2 and '
+        'K = 1 have not (rows above), so the table has no last-10 gain yet '
+        '(the per-seed table compares the rounds FedAvg has); shards 2 and '
         'seed 1 are not run.',
     ),
 )
