@@ -347,7 +347,7 @@ FEDCDA = Cell(
         '120 participant selections of rounds 51-80 (0-4 per round), at an '
         'objective (Eq. 5) at most 0.74% (median 0.08%) below that of the '
         'newest models. K = 1 at Dirichlet 0.3 has not finished (row above; '
-        'within 0.16 point of K = 3 in each of its rounds 51-60); shards 2 and '
+        'within 0.16 point of K = 3 in each of its rounds 51-61); shards 2 and '
         'seed 1 are not run.',
     ),
 )
