@@ -390,9 +390,9 @@ def _paired_row(cell, setting, method, seed, run, base_run) -> str:
       '' if g is None else _signed(g) for g in _seed_gains(run, base_run))
   spans = np.array_split(differences, 4)
   quarters = ' / '.join(_signed(np.mean(q)) for q in spans)
-  in_last_quarter = len(spans[-1])
-  last_quarter = [base_by_round[r] for r in rounds[-in_last_quarter:]]
-  spread = f'{100 * np.std(last_quarter):.2f}' if len(last_quarter) > 1 else '-'
+  quarter_size = len(spans[-1])
+  baseline_tail = [base_by_round[r] for r in rounds[-quarter_size:]]
+  spread = f'{100 * np.std(baseline_tail):.2f}' if quarter_size > 1 else '-'
   second_half = differences[len(differences) // 2:]
   largest = second_half[np.argmax(np.abs(second_half))]
   label = f'{len(rounds)}'
@@ -403,8 +403,8 @@ def _paired_row(cell, setting, method, seed, run, base_run) -> str:
   return (f'| {setting} | {method} vs {baseline} | {seed} | {label} | '
           f'{last_ten} | {best} | {quarters} | '
           f'{int(np.sum(differences > 0))} of {len(rounds)} | '
-          f'{int(np.sum(differences[-in_last_quarter:] > 0))} of '
-          f'{in_last_quarter} | {_signed(largest)} | {spread} |')
+          f'{int(np.sum(spans[-1] > 0))} of {quarter_size} | '
+          f'{_signed(largest)} | {spread} |')
 
 
 def _paired_lines(cell: cells.Cell, summary) -> list[str]:
