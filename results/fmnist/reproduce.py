@@ -4,6 +4,7 @@ r"""Runs a Fashion-MNIST reproduction cell and writes its report.
   bazel run //results/fmnist:reproduce -- --cell=fedlaw --settings=mlp_alpha0.1 \
       --methods=fedavg,fedlaw --seeds=8
   bazel run //results/fmnist:reproduce -- --cell=fedlaw --report_only
+  bazel run //results/fmnist:reproduce -- --report_only  # Every cell's.
 
 Each run is `//experiments:fmnist` in its own process, writing to
 `results/fmnist/<cell>/<setting>/<method>_seed<seed>/`; a run that stopped
@@ -36,7 +37,9 @@ from experiments import plotting
 from experiments import run_files
 from results.fmnist import cells
 
-_CELL = flags.DEFINE_enum('cell', None, sorted(cells.CELLS), 'The cell.')
+_CELL = flags.DEFINE_enum(
+    'cell', None, sorted(cells.CELLS),
+    'The cell (optional with --report_only: then every cell).')
 _SETTINGS = flags.DEFINE_list('settings', None, 'Settings (default: all).')
 _METHODS = flags.DEFINE_list('methods', None, 'Methods (default: all).')
 _SEEDS = flags.DEFINE_list('seeds', None, 'Seeds (default: the cell\'s).')
@@ -710,9 +713,11 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
            '//results/fmnist:reproduce -- --cell=<name>` (it skips finished '
            'runs, resumes an unfinished one from its checkpoint in the same '
            'checkout, and rewrites the report); `--report_only` rewrites the '
-           'reports from the committed run files. Checkpoints are not '
-           'committed: in a fresh checkout an unfinished run starts again '
-           'from round 1.', '',
+           'report from the run files (without `--cell`, every report; '
+           '`tests/fmnist_reports_test` checks that the committed reports '
+           'are what it writes from the committed run files). Checkpoints '
+           'are not committed: in a fresh checkout an unfinished run starts '
+           'again from round 1.', '',
            'Differences every cell shares with TFF: the client optimizer '
            'state is reset every round; a client\'s data is repeated E times '
            'and then batched, so a batch can straddle two epochs.', '',
@@ -738,10 +743,19 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
   return path
 
 
+def write_all_reports() -> list[str]:
+  """Rewrites every cell's report and the index; returns their paths."""
+  return [write_report(c) for c in cells.CELLS.values()] + [write_index()]
+
+
 def main(argv):
   del argv
   if _CELL.value is None:
-    raise SystemExit(f'error: give --cell (one of {sorted(cells.CELLS)}).')
+    if not _REPORT_ONLY.value:
+      raise SystemExit(f'error: give --cell (one of {sorted(cells.CELLS)}), '
+                       'or --report_only to rewrite every report.')
+    print('\n'.join(write_all_reports()))
+    return
   cell = cells.CELLS[_CELL.value]
   for name, chosen, known in (('settings', _SETTINGS.value, cell.settings),
                               ('methods', _METHODS.value, cell.methods)):

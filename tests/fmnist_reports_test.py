@@ -1,0 +1,47 @@
+"""The committed reproduction reports are what the driver writes today."""
+
+import os
+import shutil
+
+from absl.testing import absltest
+from absl.testing import flagsaver
+
+from results.fmnist import cells
+from results.fmnist import reproduce
+
+# `//results/fmnist:reports`: the committed reports and their run files.
+_COMMITTED = os.path.dirname(os.path.abspath(reproduce.__file__))
+_REGENERATE = 'bazel run //results/fmnist:reproduce -- --report_only'
+
+
+class CommittedReportsTest(absltest.TestCase):
+
+  def test_reports_match_the_committed_run_files(self):
+    root = self.create_tempdir().full_path
+    copy = os.path.join(root, 'results', 'fmnist')
+    for directory, _, files in os.walk(_COMMITTED):
+      for name in files:
+        if name in ('metrics.csv', reproduce.FORK_JSON):
+          source = os.path.join(directory, name)
+          target = os.path.join(copy, os.path.relpath(source, _COMMITTED))
+          os.makedirs(os.path.dirname(target), exist_ok=True)
+          shutil.copyfile(source, target)
+    with flagsaver.flagsaver(root=root):
+      written = reproduce.write_all_reports()
+    summaries = [os.path.join(copy, c, 'summary.json') for c in cells.CELLS]
+    self.assertLen(written, len(cells.CELLS) + 1)
+    for path in written + summaries:
+      committed = os.path.join(_COMMITTED, os.path.relpath(path, copy))
+      with self.subTest(os.path.relpath(path, copy)):
+        self.assertTrue(os.path.exists(committed),
+                        f'{committed} is not committed; run {_REGENERATE}.')
+        with open(path) as f, open(committed) as g:
+          self.assertEqual(
+              g.read(), f.read(),
+              f'{committed} is stale: the run files or reproduce.py have '
+              f'changed since it was written. Run {_REGENERATE} and commit '
+              'the reports.')
+
+
+if __name__ == '__main__':
+  absltest.main()
