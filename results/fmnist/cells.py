@@ -353,10 +353,10 @@ FEDCDA = Cell(
         'in every round 51-80 (ahead in 18 of 30) and behind FedAvg only in '
         'round 78, by 0.24. So at Dirichlet 0.3 too the cross-round '
         'selection adds nothing over the newest models on this seed.',
-        'Shards 2, seed 0 (unfinished): FedCDA has run 17 of its 80 rounds, '
+        'Shards 2, seed 0 (unfinished): FedCDA has run 18 of its 80 rounds, '
         'all in the warm-up (plain averaging) before the forks of FedAvg '
-        'and K = 1 at round 50, at 456-566 s per round alone; its test '
-        'accuracy swings from round to round (rounds 8-17: 25.52-50.68). '
+        'and K = 1 at round 50, at 456-597 s per round alone; its test '
+        'accuracy swings from round to round (rounds 9-18: 25.72-50.68). '
         'FedAvg and K = 1 are not run. Seed 1 is not run in any setting.',
     ),
 )
