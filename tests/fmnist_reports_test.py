@@ -6,6 +6,7 @@ import shutil
 from absl.testing import absltest
 from absl.testing import flagsaver
 
+from experiments import run_files
 from results.fmnist import cells
 from results.fmnist import reproduce
 
@@ -21,7 +22,7 @@ class CommittedReportsTest(absltest.TestCase):
     copy = os.path.join(root, 'results', 'fmnist')
     for directory, _, files in os.walk(_COMMITTED):
       for name in files:
-        if name in ('metrics.csv', reproduce.FORK_JSON):
+        if name in (run_files.METRICS_CSV, reproduce.FORK_JSON):
           source = os.path.join(directory, name)
           target = os.path.join(copy, os.path.relpath(source, _COMMITTED))
           os.makedirs(os.path.dirname(target), exist_ok=True)
