@@ -15,6 +15,10 @@ _COMMITTED = os.path.dirname(os.path.abspath(reproduce.__file__))
 _REGENERATE = 'bazel run //results/fmnist:reproduce -- --report_only'
 
 
+def _plots(directory):
+  return sorted(n for n in os.listdir(directory) if n.endswith('.png'))
+
+
 class CommittedReportsTest(absltest.TestCase):
 
   def test_reports_match_the_committed_run_files(self):
@@ -31,6 +35,14 @@ class CommittedReportsTest(absltest.TestCase):
       written = reproduce.write_all_reports()
     summaries = [os.path.join(copy, c, 'summary.json') for c in cells.CELLS]
     self.assertLen(written, len(cells.CELLS) + 1)
+    # The reports' plots are the committed ones (by name: Matplotlib's
+    # pixels may differ between machines).
+    for c in cells.CELLS:
+      with self.subTest(f'{c}/*.png'):
+        self.assertEqual(
+            _plots(os.path.join(_COMMITTED, c)), _plots(os.path.join(copy, c)),
+            f'results/fmnist/{c}: the committed plots differ from those its '
+            f'report links to; run {_REGENERATE} and commit them.')
     for path in written + summaries:
       committed = os.path.join(_COMMITTED, os.path.relpath(path, copy))
       with self.subTest(os.path.relpath(path, copy)):
