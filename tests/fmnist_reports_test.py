@@ -35,8 +35,7 @@ class CommittedReportsTest(absltest.TestCase):
       written = reproduce.write_all_reports()
     summaries = [os.path.join(copy, c, 'summary.json') for c in cells.CELLS]
     self.assertLen(written, len(cells.CELLS) + 1)
-    # The reports' plots are the committed ones (by name: Matplotlib's
-    # pixels may differ between machines).
+    # The reports' plots are the committed ones (by name only).
     for c in cells.CELLS:
       with self.subTest(f'{c}/*.png'):
         self.assertEqual(

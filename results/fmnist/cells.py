@@ -357,7 +357,9 @@ FEDCDA = Cell(
         'all in the warm-up (plain averaging) before the forks of FedAvg '
         'and K = 1 at round 50, at 456-597 s per round alone; its test '
         'accuracy swings from round to round (rounds 9-18: 25.72-50.68). '
-        'FedAvg and K = 1 are not run. Seed 1 is not run in any setting.',
+        'FedAvg and K = 1 are not run. Its checkpoint was lost with a '
+        'change of machine, so the run starts again from round 1. Seed 1 '
+        'is not run in any setting.',
     ),
 )
 
@@ -921,8 +923,8 @@ FEDLWS = Cell(
         'alpha 0.1.',
         'Alpha 0.1, seed 12, FedProx with plain-SGD clients (200 rounds): '
         '83.67 (paper 88.78; best round 83.88), 3.43 points below our '
-        'FedAvg where the paper has it 0.16 above (best round -3.61). It '
-        'repeats seeds 10 and 11: behind by 2.27 points over rounds 1-50, '
+        'FedAvg where the paper has it 0.16 above (best round -3.61). As at '
+        'seeds 10 and 11 it stays behind: by 2.27 points over rounds 1-50, '
         'then 3.03, 2.83 and 3.13 (means 69.47, 80.00, 82.35, 83.45 against '
         'FedAvg\'s 71.73, 83.03, 85.18, 86.58), ahead in 8 of the 200 rounds '
         'and in none after round 100, still rising at round 200 (its last '
