@@ -148,13 +148,13 @@ class ReportTest(absltest.TestCase):
       toy_index = reproduce.write_index((_CELL,))
     # Hours per run: 12 rounds x the median round time (base: 300 and 600 s;
     # method: 1800 s); finished runs: both of base, seed 1 of method. To go:
-    # 7 rounds of method seed 2 (3.5 h); setting b (same model) at a's
-    # times: 2 seeds x 12 rounds x (450 + 1800) s = 15 h; setting c (another
-    # model) unknown.
+    # all 12 rounds of method seed 2, which restarts in a fresh checkout
+    # (6 h); setting b (same model) at a's times: 2 seeds x 12 rounds x
+    # (450 + 1800) s = 15 h; setting c (another model) unknown.
     with open(toy_index) as f:
       index = f.read()
     self.assertIn('| toy | Toy cell | 3 / 12 | a/base 1.5, a/method 6.0 | '
-                  '18.5 + 4 runs unknown |', index)
+                  '21.0 + 4 runs unknown |', index)
     # The widest spread of one setting and method's runs: base's two seeds.
     self.assertIn('have taken from 300.0 to 600.0 s per round (toy a/base)',
                   index)
@@ -514,10 +514,11 @@ class ForkTest(absltest.TestCase):
     cell = dataclasses.replace(_FORKED_CELL, settings={'a': {}})
     reproduce.run_one(cell, 'a', 'base', 1, 5)
     # Per run: base 1000 s x its own 12 - 3 rounds, method 100 s x 12.
-    # To go: base (1000 s per round) seed 1 12 - 5 rounds, seed 2 not forked
-    # yet, 12 - 3; method (100 s) seed 1 12 - 3, seed 2 12: 18,100 s.
+    # To go, from a fresh checkout (unfinished runs restart): base (1000 s
+    # per round) 12 - 3 rounds for each seed; method (100 s) 12 rounds for
+    # each seed: 20,400 s.
     with open(reproduce.write_index((cell,))) as f:
-      self.assertIn(' | a/base 2.5, a/method 0.3 | 5.0 | not run yet |',
+      self.assertIn(' | a/base 2.5, a/method 0.3 | 5.7 | not run yet |',
                     f.read())
 
   def test_a_run_another_driver_holds_is_not_touched(self):

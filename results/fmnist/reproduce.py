@@ -666,7 +666,8 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
           result = _summary(run_dir(cell, setting, method, seed), cell)
           if result is None:
             continue
-          done[(setting, method, seed)] = result['rounds']
+          if result['planned']:  # An unfinished run restarts (no checkpoints).
+            done[(setting, method, seed)] = result['rounds']
           finished += result['planned']
           if result['round_seconds'] is not None:
             seconds[(setting, method)].append(result['round_seconds'])
@@ -727,10 +728,11 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
            'time measured so far on the project\'s 2-core machines (per '
            'setting and method, over the runs that exist; a round\'s '
            'training only, '
-           f'evaluation and checkpoints add to it{spread}). Hours to go: '
-           'the rounds '
-           'not run yet of every planned run (a forked run\'s first rounds '
-           'are its source\'s), each at its measured round '
+           f'evaluation and checkpoints add to it{spread}). Hours to go, '
+           'from a fresh checkout: the rounds not run yet of every planned '
+           'run, where an unfinished run counts from round 1 as it restarts '
+           'there (a forked run\'s first rounds are its source\'s), each '
+           'at its measured round '
            'time, else at an estimate from another run (`_round_seconds`: '
            'its baseline, or the same method on the same model); runs with '
            'neither are counted as unknown.', '',
