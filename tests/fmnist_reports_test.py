@@ -1,5 +1,6 @@
 """The committed reproduction reports are what the driver writes today."""
 
+import filecmp
 import os
 import shutil
 
@@ -35,13 +36,21 @@ class CommittedReportsTest(absltest.TestCase):
       written = reproduce.write_all_reports()
     summaries = [os.path.join(copy, c, 'summary.json') for c in cells.CELLS]
     self.assertLen(written, len(cells.CELLS) + 1)
-    # The reports' plots are the committed ones (by name only).
+    # The reports' plots are the committed ones, byte for byte (Matplotlib
+    # is pinned; they regenerate identically on the project's machines).
     for c in cells.CELLS:
       with self.subTest(f'{c}/*.png'):
+        names = _plots(os.path.join(copy, c))
         self.assertEqual(
-            _plots(os.path.join(_COMMITTED, c)), _plots(os.path.join(copy, c)),
+            _plots(os.path.join(_COMMITTED, c)), names,
             f'results/fmnist/{c}: the committed plots differ from those its '
             f'report links to; run {_REGENERATE} and commit them.')
+        _, stale, _ = filecmp.cmpfiles(os.path.join(_COMMITTED, c),
+                                       os.path.join(copy, c), names,
+                                       shallow=False)
+        self.assertEqual(
+            stale, [], f'results/fmnist/{c}: these plots are not what the '
+            f'run files draw; run {_REGENERATE} and commit them.')
     for path in written + summaries:
       committed = os.path.join(_COMMITTED, os.path.relpath(path, copy))
       with self.subTest(os.path.relpath(path, copy)):
