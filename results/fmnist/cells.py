@@ -621,7 +621,7 @@ FEDLWS = Cell(
         '10-round window of rounds 151-200, where FedProx (SGDM) varies by '
         '0.08 point (standard deviation). Against our FedAvg it is -0.18 '
         '(paper +0.91). One seed so far: seed 11 of the pair stopped at '
-        'rounds 65 and 62 (unfinished, not counted), and seed 12 is not '
+        'rounds 103 and 96 (unfinished, not counted), and seed 12 is not '
         'run yet.',
         'Alpha 100, seed 10, FedProx and FedProx + LWS with plain-SGD '
         'clients (200 rounds each): FedProx 86.41 (paper 91.24; best round '
