@@ -602,8 +602,9 @@ FEDLWS = Cell(
         'spread. The FedProx rows follow.',
         'Alpha 100, seed 10, FedProx (SGDM) and FedProx (SGDM) + LWS (200 '
         'rounds each; FedProx (SGDM) restarted from round 1 after its '
-        'checkpoint was lost with a machine change, and its first 110 '
-        'rounds repeat the lost run\'s committed rows exactly): FedProx '
+        'checkpoint was lost with a machine change; its first 110 rows '
+        'repeat the lost run\'s committed ones exactly but for the round '
+        'times): FedProx '
         '(SGDM) 90.89 (paper 91.24), -0.28 against our FedAvg where the '
         'paper has +0.80 (best round 90.97 against 91.30: -0.33). It is '
         'behind FedAvg by 0.19, 0.16, 0.28 and 0.31 point over the four '

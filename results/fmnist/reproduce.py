@@ -655,8 +655,7 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
   spreads = []  # (fastest, slowest, where): the runs of one setting, method.
   for cell in all_cells:
     planned = len(cell.settings) * len(cell.methods) * len(cell.seeds)
-    finished = 0
-    done = {}
+    finished = set()  # (setting, method, seed): runs at their planned rounds.
     seconds = collections.defaultdict(list)
     own_rounds = {m: max(0, cell.planned_rounds - _forked_rounds(cell, m))
                   for m in cell.methods}
@@ -666,9 +665,8 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
           result = _summary(run_dir(cell, setting, method, seed), cell)
           if result is None:
             continue
-          if result['planned']:  # An unfinished run restarts (no checkpoints).
-            done[(setting, method, seed)] = result['rounds']
-          finished += result['planned']
+          if result['planned']:
+            finished.add((setting, method, seed))
           if result['round_seconds'] is not None:
             seconds[(setting, method)].append(result['round_seconds'])
     hours = ', '.join(
@@ -680,12 +678,13 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     for setting in cell.settings:
       for method in cell.methods:
         for seed in cell.seeds:
-          # A fork's first rounds come from its source's checkpoint.
-          rounds_left = max(0, cell.planned_rounds - done.get(
-              (setting, method, seed), _forked_rounds(cell, method)))
-          estimate = _round_seconds(cell, seconds, setting, method)
-          if not rounds_left or method in cell.shared:  # Counted there.
+          # An unfinished run restarts (no checkpoints are committed); a
+          # fork's first rounds come from its source's checkpoint.
+          rounds_left = own_rounds[method]
+          if ((setting, method, seed) in finished or not rounds_left
+              or method in cell.shared):  # A shared run is counted there.
             continue
+          estimate = _round_seconds(cell, seconds, setting, method)
           if estimate is None:
             unknown += 1
           else:
@@ -699,7 +698,7 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     title = cell.title + (
         f' **reduced: {cell.reduced_rounds} of {cell.rounds} rounds**'
         if cell.reduced_rounds else '')
-    rows.append(f'| {cell.name} | {title} | {finished} / {planned} | '
+    rows.append(f'| {cell.name} | {title} | {len(finished)} / {planned} | '
                 f'{hours} | {to_go_text} | {link} |')
   spread = ''
   if spreads:
