@@ -492,12 +492,48 @@ class ForkTest(absltest.TestCase):
     self.assertEqual(_accuracies(base)[:3], [0.011, 0.021, 0.031])
     self.assertFalse(os.path.exists(os.path.join(base, 'fork.json')))
 
-  def test_unfinished_fork_without_checkpoints_is_not_labelled_forked(self):
-    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 5)
-    for method in ('base', 'method'):  # A fresh checkout: no checkpoints.
+  def _fresh_checkout(self, *methods):
+    for method in methods:
       shutil.rmtree(os.path.join(
           reproduce.run_dir(_FORKED_CELL, 'a', method, 1), 'checkpoints'))
+    self.runs.calls.clear()
+    self.runs.resumed_from.clear()
+
+  def test_unfinished_fork_without_checkpoints_is_forked_again(self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 5)
+    self._fresh_checkout('base', 'method')
+    # The source (3 of its 12 rounds) restarts in any case: it is run again
+    # to the fork round, and the fork starts from its checkpoint.
     reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)
+    self.assertEqual(self.runs.calls, [('method', 3), ('base', 8)])
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    self.assertEqual(_accuracies(base)[:4], [0.01, 0.02, 0.03, 0.041])
+    self.assertTrue(os.path.exists(os.path.join(base, 'fork.json')))
+
+  def test_unfinished_source_past_the_fork_round_is_run_to_it_again(self):
+    for driven in ('base', 'method'):  # Either driver makes the fork.
+      with self.subTest(driven):
+        for method in ('base', 'method'):
+          shutil.rmtree(reproduce.run_dir(_FORKED_CELL, 'a', method, 1),
+                        ignore_errors=True)
+        _FakeRuns.run(_FORKED_CELL, 'a', 'method', 1, 5)  # Unforked.
+        self._fresh_checkout('method')
+        reproduce.run_one(_FORKED_CELL, 'a', driven, 1, 8)
+        self.assertEqual(self.runs.calls, [('method', 3), (driven, 8)])
+        self.assertEqual(self.runs.resumed_from, ['method 3'])
+        base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+        self.assertTrue(os.path.exists(os.path.join(base, 'fork.json')))
+
+  def test_finished_source_without_checkpoints_is_kept(self):
+    _FakeRuns.run(_FORKED_CELL, 'a', 'method', 1, 12)
+    self._fresh_checkout('method')
+    source = reproduce.run_dir(_FORKED_CELL, 'a', 'method', 1)
+    rows = run_files.read_metrics(source)
+    with self.assertLogs(level='WARNING') as logs:
+      reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)
+    self.assertIn('starts from round 1', logs.output[0])
+    self.assertEqual(self.runs.calls, [('base', 8)])
+    self.assertEqual(run_files.read_metrics(source), rows)
     base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
     self.assertEqual(_accuracies(base)[:3], [0.011, 0.021, 0.031])
     self.assertFalse(os.path.exists(os.path.join(base, 'fork.json')))
@@ -519,6 +555,16 @@ class ForkTest(absltest.TestCase):
     # each seed: 20,400 s.
     with open(reproduce.write_index((cell,))) as f:
       self.assertIn(' | a/base 2.5, a/method 0.3 | 5.7 | not run yet |',
+                    f.read())
+
+  def test_index_counts_a_fork_of_a_finished_source_from_round_one(self):
+    cell = dataclasses.replace(_FORKED_CELL, settings={'a': {}})
+    reproduce.run_one(cell, 'a', 'base', 1, 5)
+    _FakeRuns.run(cell, 'a', 'method', 2, 12)  # Finished, so not rerun.
+    # To go: seed 1 as above (9,000 s + 1,200 s); seed 2: base all its 12
+    # rounds (12,000 s), method none: 22,200 s.
+    with open(reproduce.write_index((cell,))) as f:
+      self.assertIn(' | a/base 2.5, a/method 0.3 | 6.2 | not run yet |',
                     f.read())
 
   def test_a_run_another_driver_holds_is_not_touched(self):

@@ -157,13 +157,14 @@ def _fork(cell, setting, method, seed) -> None:
                fork_round)
 
 
-def run_one(cell, setting, method, seed, rounds) -> None:
+def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
   """Runs (or resumes) one run of the cell up to `rounds`.
 
   A method forked from another (`Cell.forks`) first has the source run to
   the fork round and starts from its checkpoint; a source stops at the fork
   round until its forks are made, since its later checkpoints replace that
   one. It holds the run's lock (`_lock`), and a fork's while making it.
+  `to_fork`: this is a source brought to the fork round (see `_run`).
   """
   directory = run_dir(cell, setting, method, seed)
   with _lock(directory):
@@ -183,7 +184,7 @@ def run_one(cell, setting, method, seed, rounds) -> None:
                      directory)
         shutil.rmtree(directory)
       if not os.path.exists(directory):
-        run_one(cell, setting, source_method, seed, fork_round)
+        run_one(cell, setting, source_method, seed, fork_round, to_fork=True)
         _fork(cell, setting, method, seed)
     for forked, (source_method, fork_round) in cell.forks.items():
       fork_dir = run_dir(cell, setting, forked, seed)
@@ -191,21 +192,31 @@ def run_one(cell, setting, method, seed, rounds) -> None:
           and not os.path.exists(fork_dir)):
         with _lock(fork_dir):
           if not os.path.exists(fork_dir):  # Made since the check?
-            _run(cell, setting, method, seed, fork_round)
+            _run(cell, setting, method, seed, fork_round, to_fork=True)
             _fork(cell, setting, forked, seed)
-    _run(cell, setting, method, seed, rounds)
+    _run(cell, setting, method, seed, rounds, to_fork=to_fork)
 
 
-def _run(cell, setting, method, seed, rounds) -> None:
+def _run(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
   """Runs the binary for one run up to `rounds`, unless it is there.
 
   A run is there when it has the rows of `rounds` and, where it keeps
   checkpoints, the state of that round too: a kill between a round's row
   and its checkpoint leaves the row alone, and the binary redoes the round.
+  A fork's source (`to_fork`) without checkpoints short of its planned
+  rounds is not there, whatever its rows: it restarts from round 1 in any
+  case (a fresh checkout), so it is run to the fork round again for the
+  checkpoint its forks start from, and redoes its later rows after them. A
+  finished source is left as it is, and its forks start from round 1.
   """
   directory = run_dir(cell, setting, method, seed)
   latest = run_files.latest_checkpoint(directory)
-  if (_completed_rounds(directory) >= rounds
+  restarts = (to_fork and latest is None
+              and _completed_rounds(directory) < cell.planned_rounds)
+  if restarts and _completed_rounds(directory) >= rounds:
+    logging.info('%s: unfinished and without checkpoints; run again from '
+                 'round 1 to round %d, the fork round.', directory, rounds)
+  if (not restarts and _completed_rounds(directory) >= rounds
       and (latest is None or latest >= rounds)):
     logging.info('%s: done (%d rounds).', directory, rounds)
     return
@@ -679,8 +690,13 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
       for method in cell.methods:
         for seed in cell.seeds:
           # An unfinished run restarts (no checkpoints are committed); a
-          # fork's first rounds come from its source's checkpoint.
+          # fork's first rounds come from its source's checkpoint, unless
+          # the source is finished: it is not rerun, and the fork starts
+          # from round 1 (`_run`).
           rounds_left = own_rounds[method]
+          if (method in cell.forks
+              and (setting, cell.forks[method][0], seed) in finished):
+            rounds_left = cell.planned_rounds
           if ((setting, method, seed) in finished or not rounds_left
               or method in cell.shared):  # A shared run is counted there.
             continue
@@ -730,7 +746,9 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
            f'evaluation and checkpoints add to it{spread}). Hours to go, '
            'from a fresh checkout: the rounds not run yet of every planned '
            'run, where an unfinished run counts from round 1 as it restarts '
-           'there (a forked run\'s first rounds are its source\'s), each '
+           'there (a forked run\'s first rounds are its source\'s, '
+           'unless the source is finished: it is not rerun, and the fork '
+           'runs from round 1), each '
            'at its measured round '
            'time, else at an estimate from another run (`_round_seconds`: '
            'its baseline, or the same method on the same model); runs with '
