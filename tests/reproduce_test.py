@@ -510,6 +510,20 @@ class ForkTest(absltest.TestCase):
     self.assertEqual(_accuracies(base)[:4], [0.01, 0.02, 0.03, 0.041])
     self.assertTrue(os.path.exists(os.path.join(base, 'fork.json')))
 
+  def test_unfinished_fork_without_checkpoints_is_forked_again_by_source(
+      self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 5)
+    self._fresh_checkout('base', 'method')
+    reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 8)
+    self.assertEqual(self.runs.calls, [('method', 3), ('method', 8)])
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    self.assertEqual(_accuracies(base), [0.01, 0.02, 0.03])
+    self.assertTrue(os.path.exists(os.path.join(base, 'fork.json')))
+    self.runs.calls.clear()
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)  # From the fork.
+    self.assertEqual(self.runs.calls, [('base', 8)])
+    self.assertEqual(self.runs.resumed_from[-1], 'method 3')
+
   def test_unfinished_source_past_the_fork_round_is_run_to_it_again(self):
     for driven in ('base', 'method'):  # Either driver makes the fork.
       with self.subTest(driven):
@@ -529,6 +543,9 @@ class ForkTest(absltest.TestCase):
     self._fresh_checkout('method')
     source = reproduce.run_dir(_FORKED_CELL, 'a', 'method', 1)
     rows = run_files.read_metrics(source)
+    with self.assertLogs(level='WARNING'):  # Driven as the source: no fork.
+      reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 12)
+    self.assertEqual(self.runs.calls, [])
     with self.assertLogs(level='WARNING') as logs:
       reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)
     self.assertIn('starts from round 1', logs.output[0])

@@ -157,14 +157,34 @@ def _fork(cell, setting, method, seed) -> None:
                fork_round)
 
 
+def _is_stale_fork(directory: str, rounds: int) -> bool:
+  """A fork short of `rounds` whose checkpoints are gone (a fresh checkout).
+
+  It would restart from round 1 under a fork.json that no longer holds.
+  """
+  return (os.path.exists(os.path.join(directory, FORK_JSON))
+          and run_files.latest_checkpoint(directory) is None
+          and _completed_rounds(directory) < rounds)
+
+
+def _remove_if_stale_fork(directory: str, rounds: int) -> None:
+  """Removes a stale fork (`_is_stale_fork`), to be forked again."""
+  if _is_stale_fork(directory, rounds):
+    logging.info('%s: an unfinished fork without checkpoints; redone.',
+                 directory)
+    shutil.rmtree(directory)
+
+
 def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
   """Runs (or resumes) one run of the cell up to `rounds`.
 
   A method forked from another (`Cell.forks`) first has the source run to
   the fork round and starts from its checkpoint; a source stops at the fork
   round until its forks are made, since its later checkpoints replace that
-  one. It holds the run's lock (`_lock`), and a fork's while making it.
-  `to_fork`: this is a source brought to the fork round (see `_run`).
+  one. An unfinished fork without checkpoints (a fresh checkout) is made
+  again, whichever of the two is driven (`_is_stale_fork`). It holds the
+  run's lock (`_lock`), and a fork's while making it. `to_fork`: this is a
+  source brought to the fork round (see `_run`).
   """
   directory = run_dir(cell, setting, method, seed)
   with _lock(directory):
@@ -175,22 +195,17 @@ def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
                      'to run for %d rounds.', directory, fork_round,
                      source_method, rounds)
         return
-      if (os.path.exists(os.path.join(directory, FORK_JSON))
-          and run_files.latest_checkpoint(directory) is None
-          and _completed_rounds(directory) < rounds):
-        # Its checkpoints are gone (a fresh checkout): it would restart from
-        # round 1 under a fork.json that no longer holds. Fork it again.
-        logging.info('%s: an unfinished fork without checkpoints; redone.',
-                     directory)
-        shutil.rmtree(directory)
+      _remove_if_stale_fork(directory, rounds)
       if not os.path.exists(directory):
         run_one(cell, setting, source_method, seed, fork_round, to_fork=True)
         _fork(cell, setting, method, seed)
     for forked, (source_method, fork_round) in cell.forks.items():
       fork_dir = run_dir(cell, setting, forked, seed)
       if (source_method == method and rounds > fork_round
-          and not os.path.exists(fork_dir)):
+          and (not os.path.exists(fork_dir)
+               or _is_stale_fork(fork_dir, cell.planned_rounds))):
         with _lock(fork_dir):
+          _remove_if_stale_fork(fork_dir, cell.planned_rounds)
           if not os.path.exists(fork_dir):  # Made since the check?
             _run(cell, setting, method, seed, fork_round, to_fork=True)
             _fork(cell, setting, forked, seed)
