@@ -226,15 +226,13 @@ def _run(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
   """
   directory = run_dir(cell, setting, method, seed)
   latest = run_files.latest_checkpoint(directory)
-  restarts = (to_fork and latest is None
-              and _completed_rounds(directory) < cell.planned_rounds)
-  if restarts and _completed_rounds(directory) >= rounds:
+  done = _completed_rounds(directory)
+  if done >= rounds and (latest is None or latest >= rounds):
+    if not (to_fork and latest is None and done < cell.planned_rounds):
+      logging.info('%s: done (%d rounds).', directory, rounds)
+      return
     logging.info('%s: unfinished and without checkpoints; run again from '
                  'round 1 to round %d, the fork round.', directory, rounds)
-  if (not restarts and _completed_rounds(directory) >= rounds
-      and (latest is None or latest >= rounds)):
-    logging.info('%s: done (%d rounds).', directory, rounds)
-    return
   _launch(cell, setting, method, seed, rounds)
 
 
