@@ -555,6 +555,38 @@ class ForkTest(absltest.TestCase):
     self.assertEqual(_accuracies(base)[:3], [0.011, 0.021, 0.031])
     self.assertFalse(os.path.exists(os.path.join(base, 'fork.json')))
 
+  def test_unfinished_run_without_fork_json_is_forked_again(self):
+    for driven in ('base', 'method'):  # A fork made before fork.json was.
+      with self.subTest(driven):
+        for method in ('base', 'method'):
+          shutil.rmtree(reproduce.run_dir(_FORKED_CELL, 'a', method, 1),
+                        ignore_errors=True)
+        reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 5)
+        base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+        os.remove(os.path.join(base, 'fork.json'))
+        self._fresh_checkout('base', 'method')
+        reproduce.run_one(_FORKED_CELL, 'a', driven, 1, 8)
+        self.assertEqual(self.runs.calls, [('method', 3), (driven, 8)])
+        self.assertTrue(os.path.exists(os.path.join(base, 'fork.json')))
+        self.assertEqual(_accuracies(base)[:3], [0.01, 0.02, 0.03])
+
+  def test_unfinished_fork_of_a_finished_source_keeps_its_rows(self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 5)
+    _FakeRuns.run(_FORKED_CELL, 'a', 'method', 1, 12)
+    self._fresh_checkout('base', 'method')
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    rows = run_files.read_metrics(base)
+    # No checkpoint to fork from: driving the source leaves the fork as it
+    # is, and the fork, driven, restarts from round 1 in its directory.
+    with self.assertLogs(level='WARNING'):
+      reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 12)
+    self.assertEqual(self.runs.calls, [])
+    self.assertEqual(run_files.read_metrics(base), rows)
+    with self.assertLogs(level='WARNING'):
+      reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)
+    self.assertEqual(self.runs.calls, [('base', 8)])
+    self.assertEqual(self.runs.resumed_from, [])
+
   def test_forked_method_below_and_at_the_fork_round(self):
     reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 2)
     self.assertEqual(self.runs.calls, [])

@@ -124,8 +124,10 @@ def _fork(cell, setting, method, seed) -> None:
   The new run directory gets the source's checkpoint of the fork round, its
   metrics rows up to it, its TensorBoard events and `fork.json` naming both;
   it is assembled beside the run directory and renamed into place, so a kill
-  leaves either no fork or a whole one. Where the source has no checkpoint
-  of that round, nothing is made and the run will start from round 1.
+  leaves either no fork or a whole one. It replaces an unfinished run there
+  without checkpoints (`_needs_fork`), which would restart from round 1.
+  Where the source has no checkpoint of that round, nothing is made or
+  removed, and the run will start from round 1.
   """
   source_method, fork_round = cell.forks[method]
   source = run_dir(cell, setting, source_method, seed)
@@ -152,27 +154,24 @@ def _fork(cell, setting, method, seed) -> None:
   run_files.write_json(os.path.join(staging, FORK_JSON), dict(
       source=os.path.relpath(source, os.path.dirname(directory)),
       round=fork_round))
+  if os.path.exists(directory):
+    logging.info('%s: unfinished and without checkpoints; made again.',
+                 directory)
+    shutil.rmtree(directory)
   os.replace(staging, directory)
   logging.info('%s: forked from %s at round %d.', directory, source,
                fork_round)
 
 
-def _is_stale_fork(directory: str, rounds: int) -> bool:
-  """A fork short of `rounds` whose checkpoints are gone (a fresh checkout).
+def _needs_fork(directory: str, rounds: int) -> bool:
+  """No run yet, or one short of `rounds` without checkpoints.
 
-  It would restart from round 1 under a fork.json that no longer holds.
+  The latter (a fresh checkout, made by a fork or not) would restart from
+  round 1, so it is forked again.
   """
-  return (os.path.exists(os.path.join(directory, FORK_JSON))
-          and run_files.latest_checkpoint(directory) is None
-          and _completed_rounds(directory) < rounds)
-
-
-def _remove_if_stale_fork(directory: str, rounds: int) -> None:
-  """Removes a stale fork (`_is_stale_fork`), to be forked again."""
-  if _is_stale_fork(directory, rounds):
-    logging.info('%s: an unfinished fork without checkpoints; redone.',
-                 directory)
-    shutil.rmtree(directory)
+  return (not os.path.exists(directory)
+          or (run_files.latest_checkpoint(directory) is None
+              and _completed_rounds(directory) < rounds))
 
 
 def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
@@ -182,9 +181,9 @@ def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
   the fork round and starts from its checkpoint; a source stops at the fork
   round until its forks are made, since its later checkpoints replace that
   one. An unfinished fork without checkpoints (a fresh checkout) is made
-  again, whichever of the two is driven (`_is_stale_fork`). It holds the
-  run's lock (`_lock`), and a fork's while making it. `to_fork`: this is a
-  source brought to the fork round (see `_run`).
+  again, whichever of the two is driven (`_needs_fork`). It holds the run's
+  lock (`_lock`), and a fork's while making it. `to_fork`: this is a source
+  brought to the fork round (see `_run`).
   """
   directory = run_dir(cell, setting, method, seed)
   with _lock(directory):
@@ -195,18 +194,15 @@ def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
                      'to run for %d rounds.', directory, fork_round,
                      source_method, rounds)
         return
-      _remove_if_stale_fork(directory, rounds)
-      if not os.path.exists(directory):
+      if _needs_fork(directory, rounds):
         run_one(cell, setting, source_method, seed, fork_round, to_fork=True)
         _fork(cell, setting, method, seed)
     for forked, (source_method, fork_round) in cell.forks.items():
       fork_dir = run_dir(cell, setting, forked, seed)
       if (source_method == method and rounds > fork_round
-          and (not os.path.exists(fork_dir)
-               or _is_stale_fork(fork_dir, cell.planned_rounds))):
+          and _needs_fork(fork_dir, cell.planned_rounds)):
         with _lock(fork_dir):
-          _remove_if_stale_fork(fork_dir, cell.planned_rounds)
-          if not os.path.exists(fork_dir):  # Made since the check?
+          if _needs_fork(fork_dir, cell.planned_rounds):  # Made since?
             _run(cell, setting, method, seed, fork_round, to_fork=True)
             _fork(cell, setting, forked, seed)
     _run(cell, setting, method, seed, rounds, to_fork=to_fork)
