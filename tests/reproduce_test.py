@@ -586,6 +586,20 @@ class ForkTest(absltest.TestCase):
       reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)
     self.assertEqual(self.runs.calls, [('base', 8)])
     self.assertEqual(self.runs.resumed_from, [])
+    self.assertEqual(_accuracies(base)[:3], [0.011, 0.021, 0.031])
+    self.assertFalse(os.path.exists(os.path.join(base, 'fork.json')))
+
+  def test_source_driven_to_fewer_rounds_keeps_a_fork_at_them(self):
+    reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 2)  # Before the fork.
+    _FakeRuns.run(_FORKED_CELL, 'a', 'method', 1, 8)  # Unforked, then
+    with self.assertLogs(level='WARNING'):  # the fork from round 1.
+      reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 8)
+    self._fresh_checkout('base', 'method')
+    base = reproduce.run_dir(_FORKED_CELL, 'a', 'base', 1)
+    rows = run_files.read_metrics(base)
+    reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 8)  # --rounds=8.
+    self.assertEqual(self.runs.calls, [])
+    self.assertEqual(run_files.read_metrics(base), rows)
 
   def test_forked_method_below_and_at_the_fork_round(self):
     reproduce.run_one(_FORKED_CELL, 'a', 'base', 1, 2)

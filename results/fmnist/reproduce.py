@@ -118,7 +118,7 @@ def _lock(directory: str) -> Iterator[None]:
       del _held_locks[directory]
 
 
-def _fork(cell, setting, method, seed) -> None:
+def _fork(cell, setting, method, seed) -> bool:
   """Starts `method`'s run from its source's checkpoint (`Cell.forks`).
 
   The new run directory gets the source's checkpoint of the fork round, its
@@ -127,7 +127,7 @@ def _fork(cell, setting, method, seed) -> None:
   leaves either no fork or a whole one. It replaces an unfinished run there
   without checkpoints (`_needs_fork`), which would restart from round 1.
   Where the source has no checkpoint of that round, nothing is made or
-  removed, and the run will start from round 1.
+  removed, and the run will start from round 1. Whether it was made.
   """
   source_method, fork_round = cell.forks[method]
   source = run_dir(cell, setting, source_method, seed)
@@ -138,7 +138,7 @@ def _fork(cell, setting, method, seed) -> None:
         '%s: the %s run of seed %d has no checkpoint of round %d any more, '
         'so this run starts from round 1.', directory, source_method, seed,
         fork_round)
-    return
+    return False
   staging = f'{directory}.forking'
   shutil.rmtree(staging, ignore_errors=True)
   shutil.copytree(checkpoint, run_files.checkpoint_path(staging, fork_round))
@@ -154,13 +154,17 @@ def _fork(cell, setting, method, seed) -> None:
   run_files.write_json(os.path.join(staging, FORK_JSON), dict(
       source=os.path.relpath(source, os.path.dirname(directory)),
       round=fork_round))
+  replaced = f'{directory}.replaced'
+  shutil.rmtree(replaced, ignore_errors=True)
   if os.path.exists(directory):
     logging.info('%s: unfinished and without checkpoints; made again.',
                  directory)
-    shutil.rmtree(directory)
+    os.replace(directory, replaced)
   os.replace(staging, directory)
+  shutil.rmtree(replaced, ignore_errors=True)
   logging.info('%s: forked from %s at round %d.', directory, source,
                fork_round)
+  return True
 
 
 def _needs_fork(directory: str, rounds: int) -> bool:
@@ -196,13 +200,16 @@ def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
         return
       if _needs_fork(directory, rounds):
         run_one(cell, setting, source_method, seed, fork_round, to_fork=True)
-        _fork(cell, setting, method, seed)
+        if not _fork(cell, setting, method, seed) and os.path.exists(
+            directory):  # It restarts from round 1: no rounds are copied.
+          shutil.rmtree(directory)
     for forked, (source_method, fork_round) in cell.forks.items():
       fork_dir = run_dir(cell, setting, forked, seed)
+      fork_rounds = min(rounds, cell.planned_rounds)
       if (source_method == method and rounds > fork_round
-          and _needs_fork(fork_dir, cell.planned_rounds)):
+          and _needs_fork(fork_dir, fork_rounds)):
         with _lock(fork_dir):
-          if _needs_fork(fork_dir, cell.planned_rounds):  # Made since?
+          if _needs_fork(fork_dir, fork_rounds):  # Made since the check?
             _run(cell, setting, method, seed, fork_round, to_fork=True)
             _fork(cell, setting, forked, seed)
     _run(cell, setting, method, seed, rounds, to_fork=to_fork)
