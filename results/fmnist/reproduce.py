@@ -121,7 +121,8 @@ def _lock(directory: str) -> Iterator[None]:
 def _fork(cell, setting, method, seed) -> bool:
   """Starts `method`'s run from its source's checkpoint (`Cell.forks`).
 
-  The new run directory gets the source's checkpoint of the fork round, its
+  The source is run to the fork round first (`to_fork`, see `_run`). The
+  new run directory gets the source's checkpoint of the fork round, its
   metrics rows up to it, its TensorBoard events and `fork.json` naming both;
   it is assembled beside the run directory and renamed into place, so a kill
   leaves either no fork or a whole one. It replaces an unfinished run there
@@ -130,6 +131,7 @@ def _fork(cell, setting, method, seed) -> bool:
   removed, and the run will start from round 1. Whether it was made.
   """
   source_method, fork_round = cell.forks[method]
+  run_one(cell, setting, source_method, seed, fork_round, to_fork=True)
   source = run_dir(cell, setting, source_method, seed)
   directory = run_dir(cell, setting, method, seed)
   checkpoint = run_files.checkpoint_path(source, fork_round)
@@ -198,19 +200,17 @@ def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
                      'to run for %d rounds.', directory, fork_round,
                      source_method, rounds)
         return
-      if _needs_fork(directory, rounds):
-        run_one(cell, setting, source_method, seed, fork_round, to_fork=True)
-        if not _fork(cell, setting, method, seed) and os.path.exists(
-            directory):  # It restarts from round 1: no rounds are copied.
-          shutil.rmtree(directory)
+      if (_needs_fork(directory, rounds)
+          and not _fork(cell, setting, method, seed)
+          and os.path.exists(directory)):
+        shutil.rmtree(directory)  # It restarts from round 1: none copied.
+    fork_rounds = min(rounds, cell.planned_rounds)
     for forked, (source_method, fork_round) in cell.forks.items():
       fork_dir = run_dir(cell, setting, forked, seed)
-      fork_rounds = min(rounds, cell.planned_rounds)
       if (source_method == method and rounds > fork_round
           and _needs_fork(fork_dir, fork_rounds)):
         with _lock(fork_dir):
           if _needs_fork(fork_dir, fork_rounds):  # Made since the check?
-            _run(cell, setting, method, seed, fork_round, to_fork=True)
             _fork(cell, setting, forked, seed)
     _run(cell, setting, method, seed, rounds, to_fork=to_fork)
 
