@@ -301,39 +301,43 @@ class ReportTest(absltest.TestCase):
     directory = os.path.join(self.create_tempdir().full_path, 'run')
     _write_run(directory, [0.5, 0.6, 0.7], high_fraction=0.4)
     per_tensor = reproduce._metric_curves(
-        directory, 'train/finalizer/high_fraction')
+        directory, 'train/finalizer/high_fraction', 3)
     self.assertEqual(list(per_tensor), ['tensor 0', 'tensor 1'])
     self.assertEqual(per_tensor['tensor 0'], ([1, 2, 3], [0.4] * 3))
     self.assertEqual(per_tensor['tensor 1'], ([1, 2, 3], [0.2] * 3))
     self.assertEqual(
         reproduce._metric_curves(directory,
-                                 'train/finalizer/high_fraction_overall'),
-        {'': ([1, 2, 3], [0.1] * 3)})
-    self.assertEqual(reproduce._metric_curves(directory, 'missing'), {})
+                                 'train/finalizer/high_fraction_overall', 2),
+        {'': ([1, 2], [0.1] * 2)})
+    self.assertEqual(reproduce._metric_curves(directory, 'missing', 3), {})
 
   def test_reduced_protocol_and_best_round(self):
     cell = dataclasses.replace(
         _MINIMAL_CELL, name='toy3', title='Toy reduced', rounds=40,
+        settings={'a': {}, 'b': {}},
         methods={'base': {}, 'method': {}, 'late': {}, 'long': {}},
-        paired={'long': 'late'}, reduced_rounds=20, reduced='Fewer rounds.',
-        best_round=True)
+        paired={'long': 'late'}, reduced_rounds={'a': 20},
+        reduced='Fewer rounds.', best_round=True)
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
       # Base peaks at 0.9 in round 15, and at 0.95 in round 25.
       _write_run(reproduce.run_dir(cell, 'a', 'base', 1),
                  [0.5] * 14 + [0.9] + [0.6] * 9 + [0.95] + [0.6] * 15)
+      # Past the reduced 20 rounds (not to 40): measured at round 20.
       _write_run(reproduce.run_dir(cell, 'a', 'method', 1),
-                 [0.5] * 19 + [0.92])
+                 [0.5] * 19 + [0.92] + [0.1] * 10)
       _write_run(reproduce.run_dir(cell, 'a', 'late', 1), [0.5] * 9 + [0.8])
       # Against a shorter baseline (late, 10 rounds): both best over 10.
       _write_run(reproduce.run_dir(cell, 'a', 'long', 1),
                  [0.5] * 8 + [0.85] + [0.5] * 10 + [0.99])
+      # Setting b has the protocol's 40 rounds: 20 are unfinished.
+      _write_run(reproduce.run_dir(cell, 'b', 'base', 1), [0.5] * 20)
       with open(reproduce.write_report(cell)) as f:
         report = f.read()
       with open(reproduce.write_index((cell,))) as f:
         index = f.read()
-    self.assertIn("**Reduced protocol: 20 of the paper's 40 rounds.** Fewer "
-                  'rounds.', report)
+    self.assertIn("**Reduced protocol: 20 (a) of the paper's 40 rounds.** "
+                  'Fewer rounds.', report)
     self.assertIn('| ours, best round | our gain, best round |', report)
     # Last 10: base 0.6 over rounds 31-40; method (rounds 11-20) 0.542
     # against base's 0.59 there. Best: 92 against base's 90 up to round 20;
@@ -343,7 +347,9 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| a | method |  | 54.20 ± 0.00 (1 seed) |  | -4.80 ± 0.00 '
                   'vs base (1 seed) | 92.00 ± 0.00 (1 seed) | +2.00 ± 0.00 vs '
                   'base (1 seed) | '
-                  '20 (reduced protocol) |', report)
+                  '20 (reduced protocol; run to 30, measured at 20) |', report)
+    self.assertIn('| b | base |  | 50.00 ± 0.00 (1 seed) |  |  | 50.00 ± 0.00 '
+                  '(1 seed) |  | 20 (unfinished) |', report)
     # Late has only an unfinished run: counted, its gain against base's
     # same rounds 1-10 (53 against 50).
     self.assertIn('| a | late |  | 53.00 ± 0.00 (1 seed) |  | +3.00 ± 0.00 '
@@ -354,9 +360,10 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| a | long |  | 54.90 ± 0.00 (1 seed) |  |  | 99.00 ± 0.00 '
                   '(1 seed) | +5.00 ± 0.00 vs late (1 seed) | 20 (reduced '
                   'protocol) |', report)
-    # Finished: base and method (at the planned 20 rounds); late is not.
-    self.assertIn('| toy3 | Toy reduced **reduced: 20 of 40 rounds** | 3 / 4 '
-                  '|', index)
+    # Finished: a's base, method and long (at least the planned 20
+    # rounds); a's late and b's base are not.
+    self.assertIn('| toy3 | Toy reduced **reduced: 20 (a) of 40 rounds** | '
+                  '3 / 8 |', index)
 
   def test_round_time_estimate_follows_baselines_and_models(self):
     cell = dataclasses.replace(

@@ -45,7 +45,7 @@ _METHODS = flags.DEFINE_list('methods', None, 'Methods (default: all).')
 _SEEDS = flags.DEFINE_list('seeds', None, 'Seeds (default: the cell\'s).')
 _ROUNDS = flags.DEFINE_integer(
     'rounds', None,
-    'Stop at this many rounds (default: the cell\'s planned rounds, its '
+    'Stop at this many rounds (default: each setting\'s planned rounds, its '
     'reduced protocol\'s where it has one); the report labels a run below '
     'them as unfinished.')
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only the report.')
@@ -204,7 +204,7 @@ def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
           and not _fork(cell, setting, method, seed)
           and os.path.exists(directory)):
         shutil.rmtree(directory)  # It restarts from round 1: none copied.
-    fork_rounds = min(rounds, cell.planned_rounds)
+    fork_rounds = min(rounds, cell.planned_rounds(setting))
     for forked, (source_method, fork_round) in cell.forks.items():
       fork_dir = run_dir(cell, setting, forked, seed)
       if (source_method == method and rounds > fork_round
@@ -231,7 +231,8 @@ def _run(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
   latest = run_files.latest_checkpoint(directory)
   done = _completed_rounds(directory)
   if done >= rounds and (latest is None or latest >= rounds):
-    if not (to_fork and latest is None and done < cell.planned_rounds):
+    if not (to_fork and latest is None
+            and done < cell.planned_rounds(setting)):
       logging.info('%s: done (%d rounds).', directory, rounds)
       return
     logging.info('%s: unfinished and without checkpoints; run again from '
@@ -257,11 +258,19 @@ def _launch(cell, setting, method, seed, rounds) -> None:
                      'resume it.')
 
 
-def _summary(directory: str, cell: cells.Cell):
-  """(last-10 mean accuracy %, rounds run, curve, ...) of a run, or None."""
+def _summary(directory: str, cell: cells.Cell, setting: str):
+  """(last-10 mean accuracy %, rounds run, curve, ...) of a run, or None.
+
+  A run past its setting's reduced protocol but short of the protocol's
+  rounds is measured at the reduced protocol's (`ran` keeps its rounds).
+  """
   if not _completed_rounds(directory):
     return None
   rows = run_files.read_metrics(directory)
+  ran = len(rows)
+  planned_rounds = cell.planned_rounds(setting)
+  if planned_rounds < ran < cell.rounds:
+    rows = rows[:planned_rounds]
   rounds, accuracies = run_files.accuracy_curve(
       rows, 'sparse_categorical_accuracy')
   if not rounds:
@@ -279,7 +288,7 @@ def _summary(directory: str, cell: cells.Cell):
   return collections.OrderedDict(
       accuracy=_window_accuracy((rounds, accuracies), window), rounds=done,
       best=100 * max(accuracies), complete=done >= cell.rounds,
-      planned=done >= cell.planned_rounds,
+      planned=done >= planned_rounds, ran=ran,
       round_seconds=float(np.median(seconds)) if seconds else None,
       window=window, curve=(rounds, accuracies), forked=forked)
 
@@ -295,6 +304,9 @@ def _rounds_label(run) -> str:
     label = str(run['rounds'])
   elif run['planned']:
     label = f'{run["rounds"]} (reduced protocol)'
+    if run['ran'] > run['rounds']:
+      label = (f'{run["rounds"]} (reduced protocol; run to {run["ran"]}, '
+               f'measured at {run["rounds"]})')
   else:
     label = f'{run["rounds"]} (unfinished)'
   if run['forked']:
@@ -311,15 +323,15 @@ def _window_accuracy(curve, window):
   return 100 * float(np.mean([by_round[r] for r in window]))
 
 
-def _metric_curves(directory: str, column: str):
-  """Label -> (rounds, per-round value) of a metrics column.
+def _metric_curves(directory: str, column: str, last_round: int):
+  """Label -> (rounds, per-round value) of a metrics column, to `last_round`.
 
   A scalar column is one curve (label ''); a list column (one value per
   trainable tensor) is one curve per element (label 'tensor i').
   """
   rounds, values = [], []
   for row in run_files.read_metrics(directory):
-    if row.get(column):
+    if row.get(column) and int(row['key']) <= last_round:
       rounds.append(int(row['key']))
       values.append(json.loads(row[column]))
   if not values:
@@ -482,7 +494,7 @@ def _paired_lines(cell: cells.Cell, summary) -> list[str]:
 
 def _metric_row(setting, method, seed, column, run, directory) -> str:
   """A per-round metric of a run: early, lowest and late lowest values."""
-  curves = _metric_curves(directory, column)
+  curves = _metric_curves(directory, column, run['rounds'])
   if not curves:
     return ''
   values = np.array([v for _, v in curves.values()])  # elements x rounds
@@ -541,7 +553,7 @@ def write_report(cell: cells.Cell) -> str:
            'rounds compared or whose two runs have only rounds they share '
            '(a fork\'s copies), and names how many seeds it pairs.', '']
   if cell.reduced_rounds:
-    lines += [f'**Reduced protocol: {cell.reduced_rounds} of the paper\'s '
+    lines += [f'**Reduced protocol: {_reduced_text(cell)} of the paper\'s '
               f'{cell.rounds} rounds.** {cell.reduced}', '']
   best_columns = (' ours, best round | our gain, best round |'
                   if cell.best_round else '')
@@ -559,7 +571,8 @@ def write_report(cell: cells.Cell) -> str:
     for method in cell.methods:
       runs = {}
       for seed in cell.seeds:
-        result = _summary(run_dir(cell, setting, method, seed), cell)
+        result = _summary(run_dir(cell, setting, method, seed), cell,
+                          setting)
         if result is not None:
           runs[seed] = result
       summary[(setting, method)] = runs
@@ -577,7 +590,8 @@ def write_report(cell: cells.Cell) -> str:
         runs = summary[(setting, method)]
         if runs:
           curves_of_run = _metric_curves(
-              run_dir(cell, setting, method, min(runs)), column)
+              run_dir(cell, setting, method, min(runs)), column,
+              runs[min(runs)]['rounds'])
           for label, curve in curves_of_run.items():
             series[f'{method}, {label}' if label else method] = curve
       if series:
@@ -670,6 +684,17 @@ def _round_seconds(cell, measured, setting, method):
   return None
 
 
+def _reduced_text(cell: cells.Cell) -> str:
+  """'80' where every setting is reduced to 80, else '80 (a, b), 60 (c)'."""
+  settings_of = collections.defaultdict(list)
+  for setting, rounds in cell.reduced_rounds.items():
+    settings_of[rounds].append(setting)
+  if len(settings_of) == 1 and set(cell.reduced_rounds) == set(cell.settings):
+    return str(next(iter(settings_of)))
+  return ', '.join(f'{rounds} ({", ".join(settings)})'
+                   for rounds, settings in settings_of.items())
+
+
 def _forked_rounds(cell, method) -> int:
   """The rounds a run of `method` has from its fork's source (or 0)."""
   return cell.forks.get(method, (None, 0))[1]
@@ -684,12 +709,14 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     planned = len(cell.settings) * len(cell.methods) * len(cell.seeds)
     finished = set()  # (setting, method, seed): runs at their planned rounds.
     seconds = collections.defaultdict(list)
-    own_rounds = {m: max(0, cell.planned_rounds - _forked_rounds(cell, m))
-                  for m in cell.methods}
+    own_rounds = {(s, m): max(0, cell.planned_rounds(s)
+                              - _forked_rounds(cell, m))
+                  for s in cell.settings for m in cell.methods}
     for setting in cell.settings:
       for method in cell.methods:
         for seed in cell.seeds:
-          result = _summary(run_dir(cell, setting, method, seed), cell)
+          result = _summary(run_dir(cell, setting, method, seed), cell,
+                          setting)
           if result is None:
             continue
           if result['planned']:
@@ -697,7 +724,8 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
           if result['round_seconds'] is not None:
             seconds[(setting, method)].append(result['round_seconds'])
     hours = ', '.join(
-        f'{setting}/{method} {np.median(s) * own_rounds[method] / 3600:.1f}'
+        f'{setting}/{method} '
+        f'{np.median(s) * own_rounds[(setting, method)] / 3600:.1f}'
         for (setting, method), s in seconds.items()) or 'not measured'
     spreads += [(min(s), max(s), f'{cell.name} {setting}/{method}')
                 for (setting, method), s in seconds.items() if len(s) > 1]
@@ -709,10 +737,10 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
           # fork's first rounds come from its source's checkpoint, unless
           # the source is finished: it is not rerun, and the fork starts
           # from round 1 (`_run`).
-          rounds_left = own_rounds[method]
+          rounds_left = own_rounds[(setting, method)]
           if (method in cell.forks
               and (setting, cell.forks[method][0], seed) in finished):
-            rounds_left = cell.planned_rounds
+            rounds_left = cell.planned_rounds(setting)
           if ((setting, method, seed) in finished or not rounds_left
               or method in cell.shared):  # A shared run is counted there.
             continue
@@ -728,7 +756,7 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
     link = (f'[{report}]({report})'
             if os.path.exists(os.path.join(base, report)) else 'not run yet')
     title = cell.title + (
-        f' **reduced: {cell.reduced_rounds} of {cell.rounds} rounds**'
+        f' **reduced: {_reduced_text(cell)} of {cell.rounds} rounds**'
         if cell.reduced_rounds else '')
     rows.append(f'| {cell.name} | {title} | {len(finished)} / {planned} | '
                 f'{hours} | {to_go_text} | {link} |')
@@ -800,9 +828,9 @@ def main(argv):
                        f'{sorted(known)}.')
   if not _REPORT_ONLY.value:
     seeds = [int(s) for s in _SEEDS.value] if _SEEDS.value else cell.seeds
-    rounds = _ROUNDS.value or cell.planned_rounds
     for seed in seeds:
       for setting in _SETTINGS.value or cell.settings:
+        rounds = _ROUNDS.value or cell.planned_rounds(setting)
         for method in _METHODS.value or cell.methods:
           run_one(cell, setting, method, seed, rounds)
           write_report(cell)
