@@ -429,6 +429,21 @@ class ReportTest(absltest.TestCase):
         self.assertIn(method, cell.methods, cell.name)
 
 
+class DriverTest(absltest.TestCase):
+
+  def test_each_setting_runs_to_its_planned_rounds(self):
+    cell = dataclasses.replace(_CELL, name='fedlaw', seeds=(1,),
+                               settings={'a': {}, 'b': {}}, rounds=5,
+                               reduced_rounds={'a': 3})
+    root = self.create_tempdir().full_path
+    with flagsaver.flagsaver(root=root, cell='fedlaw'), \
+        mock.patch.dict(cells.CELLS, {'fedlaw': cell}), _FakeRuns() as runs:
+      # Past a's reduced 3 rounds, without checkpoints: not run again.
+      _write_run(reproduce.run_dir(cell, 'a', 'base', 1), [0.5] * 4)
+      reproduce.main([])
+    self.assertEqual(runs.calls, [('method', 3), ('base', 5), ('method', 5)])
+
+
 class ForkTest(absltest.TestCase):
   """`Cell.forks`: base computes as method up to round 3."""
 
