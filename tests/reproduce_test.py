@@ -300,16 +300,17 @@ class ReportTest(absltest.TestCase):
   def test_metric_curves_one_per_tensor_of_a_list_column(self):
     directory = os.path.join(self.create_tempdir().full_path, 'run')
     _write_run(directory, [0.5, 0.6, 0.7], high_fraction=0.4)
+    rows = run_files.read_metrics(directory)
     per_tensor = reproduce._metric_curves(
-        directory, 'train/finalizer/high_fraction', 3)
+        rows, 'train/finalizer/high_fraction')
     self.assertEqual(list(per_tensor), ['tensor 0', 'tensor 1'])
     self.assertEqual(per_tensor['tensor 0'], ([1, 2, 3], [0.4] * 3))
     self.assertEqual(per_tensor['tensor 1'], ([1, 2, 3], [0.2] * 3))
     self.assertEqual(
-        reproduce._metric_curves(directory,
-                                 'train/finalizer/high_fraction_overall', 2),
+        reproduce._metric_curves(rows[:2],
+                                 'train/finalizer/high_fraction_overall'),
         {'': ([1, 2], [0.1] * 2)})
-    self.assertEqual(reproduce._metric_curves(directory, 'missing', 3), {})
+    self.assertEqual(reproduce._metric_curves(rows, 'missing'), {})
 
   def test_reduced_protocol_and_best_round(self):
     cell = dataclasses.replace(

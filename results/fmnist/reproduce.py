@@ -290,7 +290,7 @@ def _summary(directory: str, cell: cells.Cell, setting: str):
       best=100 * max(accuracies), complete=done >= cell.rounds,
       planned=done >= planned_rounds, ran=ran,
       round_seconds=float(np.median(seconds)) if seconds else None,
-      window=window, curve=(rounds, accuracies), forked=forked)
+      window=window, curve=(rounds, accuracies), forked=forked, rows=rows)
 
 
 def _best_accuracy(curve, last_round):
@@ -323,15 +323,15 @@ def _window_accuracy(curve, window):
   return 100 * float(np.mean([by_round[r] for r in window]))
 
 
-def _metric_curves(directory: str, column: str, last_round: int):
-  """Label -> (rounds, per-round value) of a metrics column, to `last_round`.
+def _metric_curves(rows, column: str):
+  """Label -> (rounds, per-round value) of a metrics column of `rows`.
 
   A scalar column is one curve (label ''); a list column (one value per
   trainable tensor) is one curve per element (label 'tensor i').
   """
   rounds, values = [], []
-  for row in run_files.read_metrics(directory):
-    if row.get(column) and int(row['key']) <= last_round:
+  for row in rows:
+    if row.get(column):
       rounds.append(int(row['key']))
       values.append(json.loads(row[column]))
   if not values:
@@ -492,9 +492,9 @@ def _paired_lines(cell: cells.Cell, summary) -> list[str]:
       '|---|---|---|---|---|---|---|---|---|---|---|'] + rows + ['']
 
 
-def _metric_row(setting, method, seed, column, run, directory) -> str:
+def _metric_row(setting, method, seed, column, run) -> str:
   """A per-round metric of a run: early, lowest and late lowest values."""
-  curves = _metric_curves(directory, column, run['rounds'])
+  curves = _metric_curves(run['rows'], column)
   if not curves:
     return ''
   values = np.array([v for _, v in curves.values()])  # elements x rounds
@@ -516,8 +516,7 @@ def _metric_lines(cell: cells.Cell, summary) -> list[str]:
   the per-element means), the lowest value, and the lowest over their second
   half (both rounded down).
   """
-  rows = [_metric_row(setting, method, seed, column, run,
-                      run_dir(cell, setting, method, seed))
+  rows = [_metric_row(setting, method, seed, column, run)
           for setting in cell.settings for method in cell.methods
           for seed, run in sorted(summary[(setting, method)].items())
           for column in cell.plotted_metrics]
@@ -589,9 +588,7 @@ def write_report(cell: cells.Cell) -> str:
       for method in cell.methods:
         runs = summary[(setting, method)]
         if runs:
-          curves_of_run = _metric_curves(
-              run_dir(cell, setting, method, min(runs)), column,
-              runs[min(runs)]['rounds'])
+          curves_of_run = _metric_curves(runs[min(runs)]['rows'], column)
           for label, curve in curves_of_run.items():
             series[f'{method}, {label}' if label else method] = curve
       if series:
@@ -656,7 +653,7 @@ def write_report(cell: cells.Cell) -> str:
   run_files.write_json(os.path.join(base, 'summary.json'), {
       f'{setting}/{method}': {
           str(seed): {k: v for k, v in r.items()
-                      if k not in ('curve', 'window')}
+                      if k not in ('curve', 'window', 'rows')}
           for seed, r in runs.items()}
       for (setting, method), runs in summary.items()})
   return path
