@@ -540,7 +540,8 @@ def write_report(cell: cells.Cell) -> str:
   lines = [f'# {cell.title}', '',
            f'Protocol and paper numbers: `{cell.source}`. Metric: mean test '
            f'accuracy (%) of the last {_LAST_ROUNDS} rounds, mean ± std over '
-           'seeds; test split minus the proxy set for every method. '
+           'seeds (every std in this report is the population std, dividing '
+           'by n); test split minus the proxy set for every method. '
            f'Protocol: {cell.rounds} rounds, seeds '
            f'{", ".join(map(str, cell.seeds))}. A run that has not reached '
            'its planned rounds is marked unfinished: its number is the '
