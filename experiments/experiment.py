@@ -120,7 +120,8 @@ SEED = flags.DEFINE_integer(
     'seed', 0, 'Seeds the partition, initial model, cohorts and shuffling.'
 )
 EVAL_EVERY = flags.DEFINE_integer(
-    'eval_every', 1, 'Evaluate every N rounds (and in each of the last 10).'
+    'eval_every', 1,
+    'Evaluate every N rounds (and in each of the last --summary_rounds).'
 )
 OUTPUT_DIR = flags.DEFINE_string(
     'output_dir',
