@@ -318,7 +318,8 @@ class ReportTest(absltest.TestCase):
         settings={'a': {}, 'b': {}},
         methods={'base': {}, 'method': {}, 'late': {}, 'long': {}},
         paired={'long': 'late'}, reduced_rounds={'a': 20},
-        reduced='Fewer rounds.', best_round=True)
+        reduced='Fewer rounds.', best_round=True,
+        plotted_metrics=('train/finalizer/high_fraction',))
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
       # Base peaks at 0.9 in round 15, and at 0.95 in round 25.
@@ -326,7 +327,7 @@ class ReportTest(absltest.TestCase):
                  [0.5] * 14 + [0.9] + [0.6] * 9 + [0.95] + [0.6] * 15)
       # Past the reduced 20 rounds (not to 40): measured at round 20.
       _write_run(reproduce.run_dir(cell, 'a', 'method', 1),
-                 [0.5] * 19 + [0.92] + [0.1] * 10)
+                 [0.5] * 19 + [0.92] + [0.1] * 10, high_fraction=0.4)
       _write_run(reproduce.run_dir(cell, 'a', 'late', 1), [0.5] * 9 + [0.8])
       # Against a shorter baseline (late, 10 rounds): both best over 10.
       _write_run(reproduce.run_dir(cell, 'a', 'long', 1),
@@ -349,6 +350,9 @@ class ReportTest(absltest.TestCase):
                   'vs base (1 seed) | 92.00 ± 0.00 (1 seed) | +2.00 ± 0.00 vs '
                   'base (1 seed) | '
                   '20 (reduced protocol; run to 30, measured at 20) |', report)
+    # Its plotted metric is summarised over those 20 rounds too.
+    self.assertIn('| a | method | 1 | high_fraction | 20 | 0.2000-0.4000 |',
+                  report)
     self.assertIn('| b | base |  | 50.00 ± 0.00 (1 seed) |  |  | 50.00 ± 0.00 '
                   '(1 seed) |  | 20 (unfinished) |', report)
     # Late has only an unfinished run: counted, its gain against base's
