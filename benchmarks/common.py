@@ -8,6 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from experiments import experiment
+from experiments import run_files
 from experiments import runtime
 from tff_aggregators import value_types
 
@@ -19,7 +20,7 @@ def output_dir(argv: Sequence[str], flag_value: str) -> str:
   if not flag_value:
     raise SystemExit('error: --benchmark_output_dir is required.')
   experiment.quiet_other_info_logs()
-  path = experiment.resolve_path(flag_value)
+  path = run_files.resolve_path(flag_value)
   os.makedirs(path, exist_ok=True)
   return path
 

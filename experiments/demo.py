@@ -21,6 +21,7 @@ from experiments import experiment  # pylint: disable=g-bad-import-order
 from experiments import data
 from experiments import plotting
 from experiments import registry
+from experiments import run_files
 from experiments import training
 
 _AGGREGATORS = flags.DEFINE_list(
@@ -37,7 +38,7 @@ def main(argv: list[str]) -> None:
   aggregators = _AGGREGATORS.value or ['fedavg'] + [
       n for n in registry.names() if n != 'fedavg'
   ]
-  output_root = experiment.resolve_path(
+  output_root = run_files.resolve_path(
       experiment.OUTPUT_DIR.value or 'runs/demo'
   )
   task, partition_info, proxy_data = experiment.load_partitioned_task('fmnist')

@@ -25,6 +25,7 @@ from experiments import data as data_lib
 from experiments import models
 from experiments import partition
 from experiments import registry
+from experiments import run_files
 from experiments import runtime
 from experiments import tasks
 from experiments import training
@@ -219,8 +220,6 @@ BASELINE_PROXY_SIZE = 1000
 _BASELINE_TASK_FLAGS = ('cache_dir', 'use_synthetic_data', 'eval_examples',
                         'max_client_examples', 'sequence_length', 'vocab_size',
                         'crop_size', 'distort_train_images')
-CONFIG_JSON = 'config.json'
-PARTITION_JSON = 'partition.json'
 
 
 class _ProjectInfoOnly(logging_lib.Filter):
@@ -267,7 +266,7 @@ def _run_flags() -> dict[str, object]:
 
 def _check_resumable(output_dir: str, run_flags: dict[str, object]) -> None:
   """Refuses to resume a run directory that was made with other settings."""
-  path = os.path.join(output_dir, CONFIG_JSON)
+  path = os.path.join(output_dir, run_files.CONFIG_JSON)
   if os.path.exists(path):
     with open(path) as f:
       previous = json.load(f)
@@ -296,12 +295,6 @@ def _refuse_flags(names: tuple[str, ...], binary: str) -> None:
   given = [f'--{n}' for n in names if flags.FLAGS[n].present]
   if given:
     raise SystemExit(f'error: {", ".join(given)} do not apply to {binary}.')
-
-
-def resolve_path(path: str) -> str:
-  """Makes `path` absolute; under `bazel run`, relative to the user's cwd."""
-  base = os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd())
-  return os.path.join(base, os.path.expanduser(path))
 
 
 def _server_optimizer() -> tff.learning.optimizers.Optimizer:
@@ -362,7 +355,7 @@ def load_partitioned_task(
                      f'{", ".join(sorted(models.MODELS))}.')
   try:
     image_data = data_lib.load(
-        dataset, resolve_path(DATA_DIR.value), DOWNLOAD.value
+        dataset, run_files.resolve_path(DATA_DIR.value), DOWNLOAD.value
     )
     client_indices = partition.partition(
         PARTITION.value,
@@ -424,7 +417,7 @@ def load_partitioned_task(
 
 
 def default_output_dir(task_name: str, aggregator: str) -> str:
-  return resolve_path(
+  return run_files.resolve_path(
       OUTPUT_DIR.value or f'runs/{task_name}/{aggregator}_seed{SEED.value}'
   )
 
@@ -463,7 +456,7 @@ def run(
   os.makedirs(output_dir, exist_ok=True)
   _check_resumable(output_dir, run_flags)
   if partition_info is not None:
-    training.write_json(os.path.join(output_dir, PARTITION_JSON),
+    training.write_json(os.path.join(output_dir, run_files.PARTITION_JSON),
                         partition_info)
   try:
     if WORKERS.value:
@@ -568,7 +561,7 @@ def baseline_task_main(name: str) -> Callable[[list[str]], None]:
     try:
       task = baseline_tasks.create_task(
           name,
-          cache_dir=resolve_path(CACHE_DIR.value),
+          cache_dir=run_files.resolve_path(CACHE_DIR.value),
           use_synthetic_data=USE_SYNTHETIC_DATA.value,
           model=MODEL.value,
           batch_size=BATCH_SIZE.value,

@@ -1,5 +1,7 @@
 """A run directory's files, readable without TensorFlow.
 
+`config.json` (the run's flags) and `partition.json` (its clients' sizes and
+label counts), written by `experiments.experiment`;
 `metrics.csv` (one row per round, written by the training loop's
 `tff.program.CSVFileReleaseManager`), `summary.json`, and where the loop's
 `tff.program.FileProgramStateManager` keeps the state of a round and
@@ -13,11 +15,19 @@ from typing import Any, Optional
 
 import numpy as np
 
+CONFIG_JSON = 'config.json'
+PARTITION_JSON = 'partition.json'
 METRICS_CSV = 'metrics.csv'
 SUMMARY_JSON = 'summary.json'
 CHECKPOINT_DIR = 'checkpoints'
 CHECKPOINT_PREFIX = 'program_state_'
 TENSORBOARD_DIR = 'tensorboard'
+
+
+def resolve_path(path: str) -> str:
+  """Makes `path` absolute; under `bazel run`, relative to the user's cwd."""
+  base = os.environ.get('BUILD_WORKING_DIRECTORY', os.getcwd())
+  return os.path.join(base, os.path.expanduser(path))
 
 
 def checkpoint_path(output_dir: str, round_num: int) -> str:
@@ -61,6 +71,13 @@ def read_metrics(output_dir: str) -> list[dict[str, str]]:
   """The rows of a run's metrics CSV (one per round, key = round)."""
   with open(os.path.join(output_dir, METRICS_CSV)) as f:
     return list(csv.DictReader(f))
+
+
+def metric_by_round(
+    rows: list[dict[str, str]], column: str
+) -> dict[int, Any]:
+  """Round -> JSON-decoded value (number or list) where `column` is set."""
+  return {int(r['key']): json.loads(r[column]) for r in rows if r.get(column)}
 
 
 def accuracy_curve(

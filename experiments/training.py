@@ -104,6 +104,19 @@ def _derived_seed(*parts: int) -> int:
   return int(np.random.SeedSequence(parts).generate_state(1)[0])
 
 
+def cohort_indices(
+    seed: int, round_num: int, population: int, size: int
+) -> np.ndarray:
+  """The clients (indices) of round `round_num`, in the order they are run.
+
+  A function of (seed, round) only, so a resumed or repeated run samples the
+  same cohorts, and a logged per-client measurement (FedLAW's lambda, in
+  cohort order) can be put back on its client.
+  """
+  rng = np.random.default_rng([seed, round_num])
+  return rng.choice(population, size, replace=False)
+
+
 class ClientSampler:
   """Seeded cohorts and client datasets, identical for every aggregator.
 
@@ -135,9 +148,8 @@ class ClientSampler:
 
   def client_ids(self, round_num: int) -> list[str]:
     """The cohort of `round_num`, a function of (seed, round) only."""
-    rng = np.random.default_rng([self._seed, round_num])
-    chosen = rng.choice(
-        len(self._client_ids), self._clients_per_round, replace=False
+    chosen = cohort_indices(
+        self._seed, round_num, len(self._client_ids), self._clients_per_round
     )
     return [self._client_ids[i] for i in chosen]
 

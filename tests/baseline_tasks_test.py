@@ -22,6 +22,7 @@ from experiments import baseline_tasks
 from experiments import data
 from experiments import experiment
 from experiments import registry
+from experiments import run_files
 from experiments import runtime
 from experiments import training
 from tests import test_utils
@@ -200,7 +201,7 @@ class BinariesTest(parameterized.TestCase):
     output_dir, rows = self._run(name, cache_dir=cache_dir)
     accuracy = f'test/{baseline_tasks.SETTINGS[name].accuracy_metric}'
     self.assertIn(accuracy, rows[-1])
-    with open(os.path.join(output_dir, experiment.CONFIG_JSON)) as f:
+    with open(os.path.join(output_dir, run_files.CONFIG_JSON)) as f:
       config = json.load(f)
     # Reddi et al.'s tuned learning rates for FedAvg (--server_optimizer=sgd).
     self.assertEqual(

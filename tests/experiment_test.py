@@ -11,6 +11,7 @@ import tensorflow_federated as tff
 
 from experiments import experiment
 from experiments import registry
+from experiments import run_files
 from experiments import runtime
 from experiments import training
 from tests import test_utils
@@ -36,9 +37,9 @@ class Cifar10MainTest(absltest.TestCase):
       summary = json.load(f)
     self.assertEqual(summary['rounds'], 1)
     self.assertBetween(summary['final_accuracy'], 0.0, 1.0)
-    with open(os.path.join(output_dir, experiment.PARTITION_JSON)) as f:
+    with open(os.path.join(output_dir, run_files.PARTITION_JSON)) as f:
       self.assertEqual(sum(json.load(f)['client_sizes']), 40)
-    with open(os.path.join(output_dir, experiment.CONFIG_JSON)) as f:
+    with open(os.path.join(output_dir, run_files.CONFIG_JSON)) as f:
       config = json.load(f)
     self.assertEqual(config['model'], 'simple_cnn')
     self.assertNotIn('output_dir', config)  # Not a run-defining flag.
@@ -95,9 +96,9 @@ class PathTest(absltest.TestCase):
     with absltest.mock.patch.dict(
         os.environ, {'BUILD_WORKING_DIRECTORY': '/home/user/repo'}
     ):
-      self.assertEqual(experiment.resolve_path('runs/x'),
+      self.assertEqual(run_files.resolve_path('runs/x'),
                        '/home/user/repo/runs/x')
-      self.assertEqual(experiment.resolve_path('/abs'), '/abs')
+      self.assertEqual(run_files.resolve_path('/abs'), '/abs')
 
 
 if __name__ == '__main__':

@@ -329,13 +329,10 @@ def _metric_curves(rows, column: str):
   A scalar column is one curve (label ''); a list column (one value per
   trainable tensor) is one curve per element (label 'tensor i').
   """
-  rounds, values = [], []
-  for row in rows:
-    if row.get(column):
-      rounds.append(int(row['key']))
-      values.append(json.loads(row[column]))
-  if not values:
+  by_round = run_files.metric_by_round(rows, column)
+  if not by_round:
     return {}
+  rounds, values = list(by_round), list(by_round.values())
   if not isinstance(values[0], list):
     return {'': (rounds, [float(v) for v in values])}
   return {f'tensor {i}': (rounds, [float(v[i]) for v in values])
