@@ -98,8 +98,9 @@ def skew_stats(label_counts: np.ndarray, top_k: int) -> dict[str, Any]:
       for c in top
   }
   class_totals = counts.sum(axis=0)
-  present = class_totals > 0
-  holder_shares = counts.max(axis=0)[present] / class_totals[present]
+  by_class = [float(m / t) if t else None
+              for m, t in zip(counts.max(axis=0), class_totals)]
+  holder_shares = [s for s in by_class if s is not None]
   return {
       'client_sizes': [int(s) for s in sizes],
       'top_clients': top,
@@ -110,12 +111,9 @@ def skew_stats(label_counts: np.ndarray, top_k: int) -> dict[str, Any]:
       'effective_classes': float(
           np.average(np.exp(entropy), weights=sizes[held])),
       'one_class_clients': int(np.sum(shares.max(axis=1) > ONE_CLASS_SHARE)),
-      'largest_holder_by_class': [
-          float(m / t) if t else None
-          for m, t in zip(counts.max(axis=0), class_totals)
-      ],
-      'largest_holder_share': float(holder_shares.mean()),
-      'largest_holder_share_max': float(holder_shares.max()),
+      'largest_holder_by_class': by_class,
+      'largest_holder_share': float(np.mean(holder_shares)),
+      'largest_holder_share_max': max(holder_shares),
   }
 
 
