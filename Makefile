@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo test benchmarks clean
+.PHONY: setup demo test full_test benchmarks clean
 
 setup:
 	@tools/setup.sh
@@ -14,6 +14,11 @@ demo: setup
 
 test: setup
 	bazel test //...
+
+# The suite plus the slow cases that repeat a covered code path (tests call
+# test_utils.skip_unless_full_suite); about twice `make test`'s time.
+full_test: setup
+	bazel test --test_env=TFF_AGGREGATORS_FULL_SUITE=1 //...
 
 # Every table of benchmarks/README.md (about 1 hour on 2 cores).
 benchmarks: setup

@@ -26,6 +26,11 @@ _SERVERS = {
 # FedCDA's, FedLAW's and FedSA's aggregations replace the server optimizer.
 _UNSUPPORTED = {(method, server) for method in ('fedcda', 'fedlaw', 'fedsa')
                 for server in ('sgdm', 'adam')}
+# Under `make test`: every method with SGD, and FedGLAD (which sets the server
+# learning rate) and FedLWS (which shrinks the update) with one other server
+# each. FedAvg's other servers are TFF's own.
+_FULL_SUITE_ONLY = {('fedavg', 'sgdm'), ('fedavg', 'adam'),
+                    ('fedglad', 'sgdm'), ('fedlws', 'adam')}
 
 
 def setUpModule():
@@ -59,6 +64,8 @@ class AggregatorsOnFashionMnistTest(parameterized.TestCase):
         proxy_data=self._proxy,
         num_clients=6,
     )
+    if (aggregator, server) in _FULL_SUITE_ONLY:
+      test_utils.skip_unless_full_suite(self, 'another server covers it')
     if (aggregator, server) in _UNSUPPORTED:
       with self.assertRaisesRegex(ValueError, 'server_optimizer'):
         registry.build_process(aggregator, inputs)
@@ -90,6 +97,9 @@ class AggregatorsOnFashionMnistTest(parameterized.TestCase):
       self.assertNotEmpty(method_measurements, sorted(rows[-1]))
 
   def test_fedcda_history_outside_tff_trains_and_resumes(self):
+    test_utils.skip_unless_full_suite(
+        self, 'fedcda_store_test resumes the store; baseline_tasks_test '
+        'trains with it')
     inputs = lambda output_dir: registry.ProcessInputs(
         model_fn=self._task.model_fn,
         client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),

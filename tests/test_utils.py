@@ -21,6 +21,15 @@ from experiments import training
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(data.__file__)))
 _MARKER_VARIABLE = 'TFF_AGGREGATORS_TEST_MARKER'
+# Set by `make full_test`. `make test` (and CI) leave out the slow cases that
+# repeat a code path another case covers, to stay within the time budget.
+_FULL_SUITE_VARIABLE = 'TFF_AGGREGATORS_FULL_SUITE'
+
+
+def skip_unless_full_suite(test_case, reason: str) -> None:
+  """Skips `test_case` under `make test`; `make full_test` runs it."""
+  if os.environ.get(_FULL_SUITE_VARIABLE) != '1':
+    test_case.skipTest(f'{reason} (in `make full_test` only)')
 
 
 def _write_idx(path: str, array: np.ndarray) -> None:
