@@ -59,7 +59,7 @@ class FedCdaStoreTest(parameterized.TestCase):
     return state, rounds
 
   # The other switches share these code paths (checked against NumPy in
-  # fedcda_test); two cases keep the suite's time down.
+  # fedcda_test); two cases keep the suite's time down, one under `make test`.
   @parameterized.named_parameters(
       ('eq8', {}),
       ('tensorwise_norm_later_included',
@@ -67,6 +67,8 @@ class FedCdaStoreTest(parameterized.TestCase):
             later_batches='included_at_previous_selection')),
   )
   def test_stores_give_the_in_state_models(self, switches):
+    if switches:
+      test_utils.skip_unless_full_suite(self, 'eq8 covers the stores')
     cohorts = _cohorts(6, 4)
     _, want = self._run(self._process(None, **switches), cohorts)
     older = sum(m['older_selected'] for _, m in want)
@@ -121,6 +123,8 @@ class FedCdaStoreTest(parameterized.TestCase):
                                   divergence='tensorwise_norm')),
   )
   def test_warmup_checkpoint_of_a_larger_memory_is_adopted(self, switches):
+    if switches['memory_size'] != 1:
+      test_utils.skip_unless_full_suite(self, 'k1 covers the adoption')
     cohorts = _cohorts(9, 4, seed=4)
     warmup = 5
 
