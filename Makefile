@@ -16,7 +16,7 @@ test: setup
 	bazel test //...
 
 # The suite plus the slow cases that repeat a covered code path (tests call
-# test_utils.skip_unless_full_suite); about twice `make test`'s time.
+# test_utils.skip_unless_full_suite; `make test` reports them as skipped).
 full_test: setup
 	bazel test --test_env=TFF_AGGREGATORS_FULL_SUITE=1 //...
 
