@@ -272,6 +272,17 @@ class FmnistRunTest(absltest.TestCase):
       )
       self.assertAlmostEqual(by_client[n - 1].sum(), 1.0)
     self.assertBetween(stats['top_lambda_share'], 0.0, 1.0)
+    printed = test_utils.run_module(
+        'experiments.partition_stats',
+        [f'--runs={output_dir}', f'--data_dir={data_dir}', '--top_k=2',
+         '--lambda_rounds=1-2'],
+        marker=marker,
+    )
+    self.assertIn(f"their mean share of FedLAW's lambda: "
+                  f"{stats['top_lambda_share']:.3f}", printed.stdout)
+    # TFF's default context fails noisily at exit unless replaced.
+    self.assertNotIn('Traceback', printed.stderr)
+    self.assertNotIn('Exception ignored', printed.stderr)
 
 
 if __name__ == '__main__':
