@@ -448,6 +448,45 @@ class DriverTest(absltest.TestCase):
       reproduce.main([])
     self.assertEqual(runs.calls, [('method', 3), ('base', 5), ('method', 5)])
 
+  def _edited_cells(self, text):
+    path = os.path.join(self.create_tempdir().full_path, 'cells.py')
+    shutil.copy(cells.__file__, path)
+    with open(path, 'a') as f:
+      f.write(text)
+    later = reproduce._CELLS_LOADED_AT + 1
+    os.utime(path, (later, later))
+    return path
+
+  def test_current_cell_has_the_discussion_added_since_loaded(self):
+    path = self._edited_cells(
+        "\nCELLS['fedsa'] = dataclasses.replace(\n"
+        "    CELLS['fedsa'], discussion=('Added during a run.',))\n")
+    fedsa = cells.CELLS['fedsa']
+    self.assertEqual(reproduce.current_cell(fedsa, path).discussion,
+                     ('Added during a run.',))
+    os.utime(path, (reproduce._CELLS_LOADED_AT,) * 2)
+    self.assertIs(reproduce.current_cell(fedsa, path), fedsa)
+
+  def test_current_cell_of_a_cells_file_caught_mid_edit_is_the_cell(self):
+    path = self._edited_cells("\nCELLS['fedsa'] = dataclasses.replace(\n")
+    fedsa = cells.CELLS['fedsa']
+    with self.assertLogs(level='WARNING') as logs:
+      self.assertIs(reproduce.current_cell(fedsa, path), fedsa)
+    self.assertIn('SyntaxError', logs.output[0])
+
+  def test_reports_written_during_runs_use_the_current_cell(self):
+    cell = dataclasses.replace(_CELL, name='fedlaw', seeds=(1,), rounds=2)
+    edited = dataclasses.replace(cell, discussion=('Added during a run.',))
+    root = self.create_tempdir().full_path
+    written = []
+    with flagsaver.flagsaver(root=root, cell='fedlaw', methods=['base']), \
+        mock.patch.dict(cells.CELLS, {'fedlaw': cell}), _FakeRuns(), \
+        mock.patch.object(reproduce, 'current_cell',
+                          lambda c: edited if c is cell else c), \
+        mock.patch.object(reproduce, 'write_report', written.append):
+      reproduce.main([])
+    self.assertEqual(written, [edited] * 4)  # After each of 3 runs, at end.
+
 
 class ForkTest(absltest.TestCase):
   """`Cell.forks`: base computes as method up to round 3."""

@@ -13,14 +13,15 @@ command is given again, and finished runs are skipped. A run that computes
 the same as another up to some round (`Cell.forks`) starts from that run's
 checkpoint of that round. The report
 (`results/fmnist/<cell>/README.md`, curves as PNG) is rewritten from whatever
-runs exist, and says how many rounds each one has reached: a number from an
-unfinished run is labelled as such.
+runs exist (and cells.py as it is then), and says how many rounds each one
+has reached: a number from an unfinished run is labelled as such.
 """
 
 import collections
 import contextlib
 import csv
 import fcntl
+import importlib.util
 import json
 import os
 import shutil
@@ -801,6 +802,30 @@ def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
   return path
 
 
+_CELLS_LOADED_AT = os.path.getmtime(cells.__file__)
+
+
+def current_cell(cell: cells.Cell, path: str = cells.__file__) -> cells.Cell:
+  """The cell as `path` (cells.py) defines it now, if edited since loaded.
+
+  A driver runs for hours, and its reports are to match what `--report_only`
+  would write from the same runs: discussion items added while it runs are
+  kept. An unedited file, or one that does not load (caught mid-edit), keeps
+  `cell`.
+  """
+  if os.path.getmtime(path) <= _CELLS_LOADED_AT:
+    return cell
+  try:
+    spec = importlib.util.spec_from_file_location('_current_cells', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.CELLS[cell.name]
+  except Exception as e:  # pylint: disable=broad-except
+    logging.warning('%s did not load (%s: %s); the report keeps the cell as '
+                    'this driver started with it.', path, type(e).__name__, e)
+    return cell
+
+
 def write_all_reports() -> list[str]:
   """Rewrites every cell's report and the index; returns their paths."""
   return [write_report(c) for c in cells.CELLS.values()] + [write_index()]
@@ -828,9 +853,9 @@ def main(argv):
         rounds = _ROUNDS.value or cell.planned_rounds(setting)
         for method in _METHODS.value or cell.methods:
           run_one(cell, setting, method, seed, rounds)
-          write_report(cell)
-  print(write_report(cell))
-  print(write_index())
+          write_report(current_cell(cell))
+  print(write_report(current_cell(cell)))
+  print(write_index(tuple(current_cell(c) for c in cells.CELLS.values())))
 
 
 if __name__ == '__main__':
