@@ -649,7 +649,9 @@ FEDCDA = Cell(
     reduced=(
         'A round has cost 55-905 s on the project\'s 2-core machines (up to '
         '769 s alone), following the examples its 4 clients hold and the '
-        'machine (alone, about 1400 examples/s on one, 470 on another; '
+        'machine (alone, about 1400 examples/s on one, 1640 on another '
+        '(shards 2: 240,000 examples a round, median 146 s) and 470 on a '
+        'third; '
         'FedCDA at Dirichlet 0.1, seed 0: median 181 s, 4.0 hours for its 80 '
         'rounds; FedAvg\'s 30 own rounds after the fork took 1.3 hours), so '
         '200 rounds take about 10 hours (27 on the slower machine) and the '
