@@ -649,9 +649,9 @@ FEDCDA = Cell(
     reduced=(
         'A round has cost 55-905 s on the project\'s 2-core machines (up to '
         '769 s alone), following the examples its 4 clients hold and the '
-        'machine (alone, about 1400 examples/s on one, 1640 on another '
-        '(shards 2: 240,000 examples a round, median 146 s) and 470 on a '
-        'third; '
+        'machine (about 1400 examples/s alone on one and 470 alone on '
+        'another; 1640 on a third at its median shards-2 round, 240,000 '
+        'examples in 146 s; '
         'FedCDA at Dirichlet 0.1, seed 0: median 181 s, 4.0 hours for its 80 '
         'rounds; FedAvg\'s 30 own rounds after the fork took 1.3 hours), so '
         '200 rounds take about 10 hours (27 on the slower machine) and the '
