@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from experiments import experiment
 from experiments import run_files
-from experiments import runtime
+from tff_aggregators import runtime
 from tff_aggregators import value_types
 
 

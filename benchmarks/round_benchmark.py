@@ -42,7 +42,7 @@ from experiments import data
 from experiments import partition
 from experiments import registry
 from experiments import run_files
-from experiments import runtime
+from tff_aggregators import runtime
 from experiments import tasks
 from experiments import training
 

@@ -26,7 +26,7 @@ from experiments import models
 from experiments import partition
 from experiments import registry
 from experiments import run_files
-from experiments import runtime
+from tff_aggregators import runtime
 from experiments import tasks
 from experiments import training
 

@@ -17,7 +17,7 @@ import time
 from absl import app
 from absl import flags
 
-from experiments import runtime
+from tff_aggregators import runtime
 
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', 2, 'Workers to start.')
 _PORTS = flags.DEFINE_list(

@@ -23,7 +23,7 @@ from experiments import data
 from experiments import experiment
 from experiments import registry
 from experiments import run_files
-from experiments import runtime
+from tff_aggregators import runtime
 from experiments import training
 from tests import test_utils
 

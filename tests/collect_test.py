@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import runtime
+from tff_aggregators import runtime
 from tff_aggregators.aggregators import collect
 
 _VALUE_TYPE = tff.types.to_type(collections.OrderedDict(

@@ -12,7 +12,7 @@ import tensorflow_federated as tff
 from experiments import experiment
 from experiments import registry
 from experiments import run_files
-from experiments import runtime
+from tff_aggregators import runtime
 from experiments import training
 from tests import test_utils
 

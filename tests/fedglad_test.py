@@ -7,7 +7,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow_federated as tff
 
-from experiments import runtime
+from tff_aggregators import runtime
 from tests import numpy_references
 from tff_aggregators.aggregators import fedglad
 

@@ -5,7 +5,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow_federated as tff
 
-from experiments import runtime
+from tff_aggregators import runtime
 from tests import numpy_references
 from tests import test_utils
 from tff_aggregators import algorithms

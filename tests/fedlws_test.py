@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from experiments import models
-from experiments import runtime
+from tff_aggregators import runtime
 from tests import numpy_references
 from tff_aggregators.finalizers import fedlws
 

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import runtime
+from tff_aggregators import runtime
 from tests import numpy_references
 from tests import test_utils
 from tff_aggregators import algorithms

@@ -16,7 +16,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from experiments import registry
-from experiments import runtime
+from tff_aggregators import runtime
 from experiments import training
 from tests import test_utils
 

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import runtime
+from tff_aggregators import runtime
 from tests import test_utils
 from tff_aggregators.aggregators import collect
 
@@ -18,7 +18,7 @@ _PROGRAM = textwrap.dedent("""
     import sys, time
     import numpy as np
     import tensorflow_federated as tff
-    from experiments import runtime
+    from tff_aggregators import runtime
     worker = runtime.use_local_worker()
 
     @tff.tensorflow.computation(np.float32)
@@ -86,7 +86,7 @@ class RuntimeTest(absltest.TestCase):
     program = textwrap.dedent("""
         import numpy as np
         import tensorflow_federated as tff
-        from experiments import runtime
+        from tff_aggregators import runtime
 
         @tff.tensorflow.computation(np.float32)
         def double(x):
@@ -100,7 +100,7 @@ class RuntimeTest(absltest.TestCase):
         cwd=test_utils.REPO_ROOT, capture_output=True, text=True, timeout=120,
     )
     self.assertNotEqual(result.returncode, 0)
-    self.assertIn('call experiments.runtime.use_local_worker()', result.stderr)
+    self.assertIn('call tff_aggregators.runtime.use_local_worker()', result.stderr)
     self.assertEmpty(test_utils.pids_with_marker(marker))
 
   def test_worker_frees_each_call_s_values(self):

@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from experiments import runtime
+from tff_aggregators import runtime
 from experiments import tasks
 from experiments import training
 from tests import test_utils

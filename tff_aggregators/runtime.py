@@ -43,7 +43,7 @@ class _NoWorkerContext(tff.framework.SyncContext):
   def invoke(self, comp, arg):
     raise RuntimeError(
         'No TFF worker is set up in this process: call '
-        'experiments.runtime.use_local_worker() before running a TFF '
+        'tff_aggregators.runtime.use_local_worker() before running a TFF '
         'computation.'
     )
 
