@@ -13,7 +13,9 @@ from absl.testing import flagsaver
 
 from experiments import run_files
 from results.fmnist import cells
+from results.fmnist import report as report_lib
 from results.fmnist import reproduce
+from results.fmnist import runs
 
 _CELL = cells.Cell(
     name='toy',
@@ -27,8 +29,6 @@ _CELL = cells.Cell(
              'method': dict(aggregator='fedsa')},
     baseline='base',
     paper={('a', 'base'): 80.0, ('a', 'method'): 81.5},
-    deviations=('Toy deviation.',),
-    discussion=('Toy discussion.',),
     plotted_metrics=('train/finalizer/high_fraction_overall',
                      'train/finalizer/high_fraction'),
 )
@@ -63,6 +63,21 @@ def _write_run(directory, accuracies, high_fraction=None, seconds=1.0):
       names=('key', 'round_seconds', 'test/sparse_categorical_accuracy',
              'train/finalizer/high_fraction',
              'train/finalizer/high_fraction_overall'))
+
+
+def _read_report(path):
+  """A cell's README.md and, after it, its APPENDIX.md."""
+  with open(path) as f, open(report_lib.appendix_path(path)) as g:
+    return f.read() + g.read()
+
+
+def _write_notes(directory, cell_name, **parts):
+  """Writes `<directory>/<cell_name>/notes/<part>.md` for each part."""
+  notes = os.path.join(directory, cell_name, 'notes')
+  os.makedirs(notes, exist_ok=True)
+  for part, text in parts.items():
+    with open(os.path.join(notes, f'{part}.md'), 'w') as f:
+      f.write(text)
 
 
 def _accuracies(directory):
@@ -127,6 +142,14 @@ _FORKED_CELL = dataclasses.replace(_CELL, forks={'base': ('method', 3)})
 
 class ReportTest(absltest.TestCase):
 
+  def setUp(self):
+    super().setUp()
+    notes = self.create_tempdir().full_path
+    self.enter_context(mock.patch.object(cells, 'NOTES_DIR', notes))
+    _write_notes(notes, 'toy', summary='Toy finding.\n',
+                 deviations='- Toy deviation.\n', runs='- Toy discussion.\n')
+    _write_notes(notes, 'toy3', reduced='Fewer rounds.\n')
+
   def test_table_reports_last_ten_rounds_gains_and_unfinished_runs(self):
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
@@ -158,15 +181,14 @@ class ReportTest(absltest.TestCase):
     # The widest spread of one setting and method's runs: base's two seeds.
     self.assertIn('have taken from 300.0 to 600.0 s per round (toy a/base)',
                   index)
-    with open(path) as f:
-      report = f.read()
+    report = _read_report(path)
     self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 | '
                   '300.0, 600.0 |', report)
     self.assertIn('| c | method |  | not run |  |  | - | - |', report)
     # Seed 2 of the method stopped after 5 rounds: the mean and the gain
     # (+3.0) count seed 1 only; the rounds column lists both.
-    self.assertIn('| a | method | 81.50 | 83.00 ± 0.00 (1 seed; seed 2 '
-                  'unfinished, not counted) | +1.50 vs base | +3.00 ± 0.00 '
+    self.assertIn('| a | method | 81.50 | 83.00 (1 seed; seed 2 '
+                  'unfinished, not counted) | +1.50 vs base | +3.00 '
                   'vs base (1 seed) | 12, 5 (unfinished) |', report)
     self.assertIn('Toy deviation.', report)
     self.assertIn('Toy discussion.', report)
@@ -177,10 +199,10 @@ class ReportTest(absltest.TestCase):
     self.assertTrue(
         os.path.exists(os.path.join(base, 'a_high_fraction_overall.png')))
     self.assertFalse(os.path.exists(stale))
-    self.assertIn('Curves (first seed of each method): [a.png](a.png), '
-                  '[a_high_fraction.png](a_high_fraction.png), '
-                  '[a_high_fraction_overall.png](a_high_fraction_overall.png)'
-                  '\n', report)
+    self.assertIn('![a.png](a.png)\n', report)
+    self.assertIn('Per-round metrics (first seed of each method): '
+                  '[a_high_fraction_overall.png](a_high_fraction_overall.png), '
+                  '[a_high_fraction.png](a_high_fraction.png)\n', report)
 
   def test_gain_names_the_seeds_it_pairs(self):
     cell = dataclasses.replace(_MINIMAL_CELL, name='toy4', seeds=(1, 2))
@@ -190,11 +212,10 @@ class ReportTest(absltest.TestCase):
       _write_run(reproduce.run_dir(cell, 'a', 'base', 2), [0.70] * 5)
       for seed, level in ((1, 0.83), (2, 0.87)):
         _write_run(reproduce.run_dir(cell, 'a', 'method', seed), [level] * 12)
-      with open(reproduce.write_report(cell)) as f:
-        report = f.read()
+      report = _read_report(reproduce.write_report(cell))
     # The mean counts both of the method's seeds; the gain pairs seed 1 only,
     # as base's seed 2 has not reached rounds 3-12.
-    self.assertIn('| a | method |  | 85.00 ± 2.00 (2 seeds) |  | +3.00 ± 0.00 '
+    self.assertIn('| a | method |  | 85.00 ± 2.00 (2 seeds) |  | +3.00 '
                   'vs base (1 seed) | 12, 12 |', report)
 
   def test_no_gain_over_rounds_both_forks_copied(self):
@@ -215,11 +236,10 @@ class ReportTest(absltest.TestCase):
           run_files.write_json(
               os.path.join(directory, 'fork.json'),
               {'source': f'source_seed{seed}', 'round': 12})
-      with open(reproduce.write_report(cell)) as f:
-        report = f.read()
+      report = _read_report(reproduce.write_report(cell))
     # The mean counts both seeds; the gain seed 2 only: rounds 5-14,
     # (8 * 80 + 2 * 84) / 10 against 80.
-    self.assertIn('| a | method |  | 80.40 ± 0.40 (2 seeds) |  | +0.80 ± 0.00 '
+    self.assertIn('| a | method |  | 80.40 ± 0.40 (2 seeds) |  | +0.80 '
                   'vs base (1 seed) |', report)
 
   def test_a_gain_that_rounds_to_zero_has_a_plus_sign(self):
@@ -230,12 +250,11 @@ class ReportTest(absltest.TestCase):
     with flagsaver.flagsaver(root=root):
       _write_run(reproduce.run_dir(cell, 'a', 'base', 1), [0.80] * 12)
       _write_run(reproduce.run_dir(cell, 'a', 'method', 1), [0.79999] * 12)
-      with open(reproduce.write_report(cell)) as f:
-        report = f.read()
+      report = _read_report(reproduce.write_report(cell))
     # Our gain is -0.001 point and the paper's -0.004: both show as +0.00.
     self.assertNotIn('-0.00', report)
-    self.assertIn('| a | method | 80.00 | 80.00 ± 0.00 (1 seed) | +0.00 vs '
-                  'base | +0.00 ± 0.00 vs base (1 seed) |', report)
+    self.assertIn('| a | method | 80.00 | 80.00 (1 seed) | +0.00 vs '
+                  'base | +0.00 vs base (1 seed) |', report)
 
   def test_per_seed_comparison_and_metric_summary(self):
     column = 'train/finalizer/high_fraction'
@@ -272,8 +291,7 @@ class ReportTest(absltest.TestCase):
       # Setting d: three rounds, too few for quarters.
       write('d', 'base', [0.5] * 3)
       write('d', 'method', [0.6] * 3)
-      with open(reproduce.write_report(cell)) as f:
-        report = f.read()
+      report = _read_report(reproduce.write_report(cell))
     # Differences (points): -3, +1, -1, 0, +1, +1, +2, -2.5. Last 10 (all 8
     # rounds): -1.5 / 8; best: 83 against 82; quarters of two rounds; ahead
     # in rounds 2, 5, 6, 7 (of the last quarter, round 7); largest gap in
@@ -301,16 +319,16 @@ class ReportTest(absltest.TestCase):
     directory = os.path.join(self.create_tempdir().full_path, 'run')
     _write_run(directory, [0.5, 0.6, 0.7], high_fraction=0.4)
     rows = run_files.read_metrics(directory)
-    per_tensor = reproduce._metric_curves(
+    per_tensor = runs.metric_curves(
         rows, 'train/finalizer/high_fraction')
     self.assertEqual(list(per_tensor), ['tensor 0', 'tensor 1'])
     self.assertEqual(per_tensor['tensor 0'], ([1, 2, 3], [0.4] * 3))
     self.assertEqual(per_tensor['tensor 1'], ([1, 2, 3], [0.2] * 3))
     self.assertEqual(
-        reproduce._metric_curves(rows[:2],
+        runs.metric_curves(rows[:2],
                                  'train/finalizer/high_fraction_overall'),
         {'': ([1, 2], [0.1] * 2)})
-    self.assertEqual(reproduce._metric_curves(rows, 'missing'), {})
+    self.assertEqual(runs.metric_curves(rows, 'missing'), {})
 
   def test_reduced_protocol_and_best_round(self):
     cell = dataclasses.replace(
@@ -318,7 +336,7 @@ class ReportTest(absltest.TestCase):
         settings={'a': {}, 'b': {}},
         methods={'base': {}, 'method': {}, 'late': {}, 'long': {}},
         paired={'long': 'late'}, reduced_rounds={'a': 20},
-        reduced='Fewer rounds.', best_round=True,
+        best_round=True,
         plotted_metrics=('train/finalizer/high_fraction',))
     root = self.create_tempdir().full_path
     with flagsaver.flagsaver(root=root):
@@ -334,8 +352,7 @@ class ReportTest(absltest.TestCase):
                  [0.5] * 8 + [0.85] + [0.5] * 10 + [0.99])
       # Setting b has the protocol's 40 rounds: 20 are unfinished.
       _write_run(reproduce.run_dir(cell, 'b', 'base', 1), [0.5] * 20)
-      with open(reproduce.write_report(cell)) as f:
-        report = f.read()
+      report = _read_report(reproduce.write_report(cell))
       with open(reproduce.write_index((cell,))) as f:
         index = f.read()
     self.assertIn("**Reduced protocol: 20 (a) of the paper's 40 rounds.** "
@@ -344,26 +361,26 @@ class ReportTest(absltest.TestCase):
     # Last 10: base 0.6 over rounds 31-40; method (rounds 11-20) 0.542
     # against base's 0.59 there. Best: 92 against base's 90 up to round 20;
     # late (10 rounds): 80 against base's 50 up to round 10.
-    self.assertIn('| a | base |  | 60.00 ± 0.00 (1 seed) |  |  | 95.00 ± 0.00 '
+    self.assertIn('| a | base |  | 60.00 (1 seed) |  |  | 95.00 '
                   '(1 seed) |  | 40 |', report)
-    self.assertIn('| a | method |  | 54.20 ± 0.00 (1 seed) |  | -4.80 ± 0.00 '
-                  'vs base (1 seed) | 92.00 ± 0.00 (1 seed) | +2.00 ± 0.00 vs '
+    self.assertIn('| a | method |  | 54.20 (1 seed) |  | -4.80 '
+                  'vs base (1 seed) | 92.00 (1 seed) | +2.00 vs '
                   'base (1 seed) | '
                   '20 (reduced protocol; run to 30, measured at 20) |', report)
     # Its plotted metric is summarised over those 20 rounds too.
     self.assertIn('| a | method | 1 | high_fraction | 20 | 0.2000-0.4000 |',
                   report)
-    self.assertIn('| b | base |  | 50.00 ± 0.00 (1 seed) |  |  | 50.00 ± 0.00 '
+    self.assertIn('| b | base |  | 50.00 (1 seed) |  |  | 50.00 '
                   '(1 seed) |  | 20 (unfinished) |', report)
     # Late has only an unfinished run: counted, its gain against base's
     # same rounds 1-10 (53 against 50).
-    self.assertIn('| a | late |  | 53.00 ± 0.00 (1 seed) |  | +3.00 ± 0.00 '
-                  'vs base (1 seed) | 80.00 ± 0.00 (1 seed) | +30.00 ± 0.00 vs '
+    self.assertIn('| a | late |  | 53.00 (1 seed) |  | +3.00 '
+                  'vs base (1 seed) | 80.00 (1 seed) | +30.00 vs '
                   'base (1 seed) | '
                   '10 (unfinished) |', report)
     # Long's last 10 rounds (11-20) are past late's 10: no last-10 gain.
-    self.assertIn('| a | long |  | 54.90 ± 0.00 (1 seed) |  |  | 99.00 ± 0.00 '
-                  '(1 seed) | +5.00 ± 0.00 vs late (1 seed) | 20 (reduced '
+    self.assertIn('| a | long |  | 54.90 (1 seed) |  |  | 99.00 '
+                  '(1 seed) | +5.00 vs late (1 seed) | 20 (reduced '
                   'protocol) |', report)
     # Finished: a's base, method and long (at least the planned 20
     # rounds); a's late and b's base are not.
@@ -376,7 +393,7 @@ class ReportTest(absltest.TestCase):
         settings={'a': {}, 'b': {}, 'c': dict(model='lenet')},
         methods={'base': {}, 'mid': {}, 'top': {}}, paired={'top': 'mid'})
     measured = {('a', 'base'): [10.0, 30.0], ('b', 'mid'): [50.0]}
-    estimate = lambda s, m: reproduce._round_seconds(cell, measured, s, m)  # pylint: disable=protected-access
+    estimate = lambda s, m: report_lib.round_seconds(cell, measured, s, m)
     self.assertEqual(estimate('a', 'base'), 20.0)
     self.assertEqual(estimate('a', 'top'), 20.0)  # top -> mid -> base in a.
     self.assertEqual(estimate('b', 'top'), 50.0)  # b's mid first.
@@ -457,13 +474,13 @@ class DriverTest(absltest.TestCase):
     os.utime(path, (later, later))
     return path
 
-  def test_current_cell_has_the_discussion_added_since_loaded(self):
+  def test_current_cell_has_the_edits_made_since_loaded(self):
     path = self._edited_cells(
         "\nCELLS['fedsa'] = dataclasses.replace(\n"
-        "    CELLS['fedsa'], discussion=('Added during a run.',))\n")
+        "    CELLS['fedsa'], title='Edited during a run')\n")
     fedsa = cells.CELLS['fedsa']
-    self.assertEqual(reproduce.current_cell(fedsa, path).discussion,
-                     ('Added during a run.',))
+    self.assertEqual(reproduce.current_cell(fedsa, path).title,
+                     'Edited during a run')
     os.utime(path, (reproduce._CELLS_LOADED_AT,) * 2)
     self.assertIs(reproduce.current_cell(fedsa, path), fedsa)
 
@@ -476,7 +493,7 @@ class DriverTest(absltest.TestCase):
 
   def test_reports_written_during_runs_use_the_current_cell(self):
     cell = dataclasses.replace(_CELL, name='fedlaw', seeds=(1,), rounds=2)
-    edited = dataclasses.replace(cell, discussion=('Added during a run.',))
+    edited = dataclasses.replace(cell, title='Edited during a run')
     root = self.create_tempdir().full_path
     written = []
     with flagsaver.flagsaver(root=root, cell='fedlaw', methods=['base']), \
@@ -509,11 +526,10 @@ class ForkTest(absltest.TestCase):
     # The fork is made: the source runs on without stopping.
     reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 8)
     self.assertEqual(self.runs.calls, [('method', 8)])
-    with open(reproduce.write_report(_FORKED_CELL)) as f:
-      # Its own rounds' time (1000 s), not the median of all 5 rows (100 s).
-      self.assertIn('| a | base | 80.00 | 3.04 ± 0.00 (1 seed) |  |  | 5 '
-                    '(unfinished), rounds 1-3 from method_seed1 | 1000.0 |',
-                    f.read())
+    # Its own rounds' time (1000 s), not the median of all 5 rows (100 s).
+    self.assertIn('| a | base | 80.00 | 3.04 (1 seed) |  |  | 5 '
+                  '(unfinished), rounds 1-3 from method_seed1 | 1000.0 |',
+                  _read_report(reproduce.write_report(_FORKED_CELL)))
 
   def test_fork_source_stops_at_the_fork_round_first(self):
     reproduce.run_one(_FORKED_CELL, 'a', 'method', 1, 8)
