@@ -125,18 +125,17 @@ def row_verdict(row: runs_lib.Row) -> str:
 
 
 def rounds_text(cell: cells.Cell, row: runs_lib.Row) -> str:
-  """The rounds of a row's counted runs: '200', '80 (reduced from 200)'."""
+  """The rounds of a row's counted runs: '200', '80 of 200, reduced'."""
   counted = runs_lib.counted(row.runs)
   if not counted:
     return '-'
   values = sorted({r['rounds'] for r in counted.values()})
   text = (str(values[0]) if len(values) == 1
           else f'{values[0]}-{values[-1]}')
-  planned = cell.planned_rounds(row.setting)
   if not all(r['planned'] for r in counted.values()):
-    return f'{text} of {planned}, unfinished'
+    return f'{text} of {cell.planned_rounds(row.setting)}, unfinished'
   if values[0] < cell.rounds:
-    return f'{text} (reduced from {cell.rounds})'
+    return f'{text} of {cell.rounds}, reduced'
   return text
 
 
@@ -376,9 +375,8 @@ def summary_lines(cell: cells.Cell, rows) -> list[str]:
   if text:
     lines += [text, '']
   if counts:
-    lines += ['Verdicts ([rule](../README.md#verdict-rule)): ' + ', '.join(
-        f'{verdict_name} {n}' for verdict_name, n in counts.most_common())
-              + '.', '']
+    lines += ['Verdicts ([rule](../README.md#verdict-rule)): ' + '; '.join(
+        f'{name}: {n}' for name, n in counts.most_common()) + '.', '']
   return lines
 
 
@@ -387,7 +385,7 @@ def _ours_text(cell: cells.Cell, row: runs_lib.Row) -> str:
   text = format_stat(row.ours, row.not_counted)
   rounds = rounds_text(cell, row)
   if row.ours is not None and rounds != str(cell.rounds):
-    text = text[:-1] + f'; {rounds} rounds)'
+    text = text[:-1] + f'; rounds: {rounds})'
   return text
 
 
