@@ -10,9 +10,11 @@ from unittest import mock
 
 from absl.testing import absltest
 from absl.testing import flagsaver
+import numpy as np
 
 from experiments import run_files
 from results.fmnist import cells
+from results.fmnist import curves
 from results.fmnist import report as report_lib
 from results.fmnist import reproduce
 from results.fmnist import runs
@@ -203,6 +205,116 @@ class ReportTest(absltest.TestCase):
     self.assertIn('Per-round metrics (first seed of each method): '
                   '[a_high_fraction_overall.png](a_high_fraction_overall.png), '
                   '[a_high_fraction.png](a_high_fraction.png)\n', report)
+
+  def _toy_runs(self, root):
+    """Setting a of `_CELL`: base at 80 and 82, method seed 1 at 83."""
+    with flagsaver.flagsaver(root=root):
+      for seed, level in ((1, 0.80), (2, 0.82)):
+        _write_run(reproduce.run_dir(_CELL, 'a', 'base', seed),
+                   [0.1, 0.2] + [level] * 10)
+      _write_run(reproduce.run_dir(_CELL, 'a', 'method', 1),
+                 [0.1, 0.2] + [0.83] * 10)
+
+  def test_report_leads_with_its_finding_and_a_seven_column_table(self):
+    root = self.create_tempdir().full_path
+    self._toy_runs(root)
+    with flagsaver.flagsaver(root=root):
+      path = reproduce.write_report(
+          dataclasses.replace(_CELL, paper_dataset='MNIST'))
+    with open(path) as f:
+      readme = f.read()
+    with open(report_lib.appendix_path(path)) as f:
+      appendix = f.read()
+    self.assertTrue(readme.startswith('# Toy cell\n\nToy finding.\n\n'
+                                      'Verdicts ('), readme[:200])
+    # The paper's numbers of another data set are labelled as such.
+    header = ('| setting | method | paper (MNIST) | ours | paper gain (MNIST) '
+              '| our gain | verdict |')
+    self.assertIn(header + '\n', readme)
+    self.assertEqual(header.count('|') - 1, 7)
+    # One seed: no '± 0.00'; the gain against its baseline, with a verdict.
+    self.assertIn('| a | method (vs base) | 81.50 | 83.00 (1 seed) | +1.50 | '
+                  '+3.00 (1 seed) | same sign, larger |', readme)
+    self.assertIn('| b | base |  | not run |  |  |  |', readme)
+    self.assertIn('![a.png](a.png)', readme)
+    self.assertIn('- Toy deviation.', readme)
+    self.assertNotIn('Toy discussion.', readme)
+    self.assertIn('[APPENDIX.md](APPENDIX.md)', readme)
+    # The appendix keeps the per-run numbers and the run notes.
+    self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |', appendix)
+    self.assertIn('| a | method vs base | 1 | 12 | +3.00 |', appendix)
+    self.assertIn('- Toy discussion.', appendix)
+
+  def test_index_opens_with_the_verdicts_and_the_findings(self):
+    root = self.create_tempdir().full_path
+    self._toy_runs(root)
+    with flagsaver.flagsaver(root=root):
+      with open(reproduce.write_index((_CELL,))) as f:
+        index = f.read()
+    self.assertTrue(index.startswith(
+        '# Fashion-MNIST reproduction of the five papers'))
+    table = index.index('| paper | method vs baseline | setting |')
+    self.assertLess(table, index.index('## Main findings'))
+    self.assertIn('| [Toy](toy/README.md) | method vs base | a | +1.50 | '
+                  '+3.00 (1 seed) | 12 | same sign, larger |', index)
+    self.assertIn('| [Toy](toy/README.md) | method vs base | b |  |  | - | '
+                  'not run |', index)
+    self.assertIn('**[Toy](toy/README.md).** Toy finding.', index)
+    self.assertIn('<a id="verdict-rule"></a>Verdict rule.', index)
+
+  def test_verdict_rule(self):
+    cases = [
+        # (our mean, our std, paper gain) -> verdict; margin max(std, 0.1).
+        ((1.17, 0.57, 1.19), 'reproduced'),
+        ((1.36, 0.18, 1.78), 'same sign, smaller'),
+        ((10.09, 0.0, 6.82), 'same sign, larger'),
+        ((-0.13, 0.07, 0.47), 'not reproduced: opposite sign'),
+        ((0.0, 0.06, 0.55), 'not reproduced: no gain'),
+        ((-0.75, 0.41, 0.37), 'not reproduced: loss, paper\'s within spread'),
+        ((1.46, 0.97, 0.17), 'not reproduced: gain, paper\'s within spread'),
+        ((-2.11, 3.80, 0.40), 'inconclusive'),  # Spread covers 0 and p.
+        ((-0.31, 0.38, 0.12), 'inconclusive'),  # p within spread of 0.
+        ((-0.01, 0.10, None), 'no paper number (no gain)'),
+        ((10.98, 0.0, None), 'no paper number (gain)'),
+    ]
+    for (mean, std, paper), expected in cases:
+      with self.subTest(mean=mean, paper=paper):
+        self.assertEqual(report_lib.verdict((mean, std, 3), paper), expected)
+    self.assertEqual(report_lib.verdict(None, 1.0), '')
+
+  def test_seed_band_is_over_the_rounds_every_seed_has(self):
+    runs_of = {1: {'curve': ([1, 2, 3], [0.5, 0.6, 0.7])},
+               2: {'curve': ([1, 2], [0.7, 0.4])}}
+    rounds, mean, lowest, highest = runs.seed_band(runs_of)
+    self.assertEqual(rounds, [1, 2])
+    self.assertSequenceAlmostEqual(mean, [60.0, 50.0])
+    self.assertSequenceAlmostEqual(lowest, [50.0, 40.0])
+    self.assertSequenceAlmostEqual(highest, [70.0, 60.0])
+
+  def test_curve_panels_pair_each_method_with_its_baseline(self):
+    fedlws = cells.CELLS['fedlws']
+    self.assertEqual(
+        curves.panels(list(fedlws.methods), fedlws.baseline_of,
+                      fedlws.headline_methods()),
+        [['fedavg', 'fedavg_lws'], ['fedprox', 'fedprox_lws'],
+         ['fedprox_sgdm', 'fedprox_sgdm_lws']])
+    fedsa = cells.CELLS['fedsa']  # Weighted FedAvg joins its baseline's.
+    self.assertEqual(
+        curves.panels(list(fedsa.methods), fedsa.baseline_of,
+                      fedsa.headline_methods()),
+        [['fedavg_unweighted', 'fedsa', 'fedavg']])
+
+  def test_y_range_spans_the_last_half_of_the_rounds(self):
+    rounds = list(range(1, 11))
+    low = np.array([10.0] * 5 + [80.0] * 5)
+    high = low + 2
+    bottom, top = curves.y_range({'m': (rounds, low + 1, low, high, 2)})
+    self.assertGreater(bottom, 70.0)  # The first half's 10% is left out.
+    self.assertLess(bottom, 80.0)
+    self.assertGreater(top, 82.0)
+
+  def test_notes_of_a_cell_without_them_are_empty(self):
+    self.assertEqual(cells.notes('no_such_cell', 'summary'), '')
 
   def test_gain_names_the_seeds_it_pairs(self):
     cell = dataclasses.replace(_MINIMAL_CELL, name='toy4', seeds=(1, 2))
