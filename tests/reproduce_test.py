@@ -260,7 +260,7 @@ class ReportTest(absltest.TestCase):
     self.assertIn('| [Toy](toy/README.md) | method vs base | b |  |  | - | '
                   'not run |', index)
     self.assertIn('**[Toy](toy/README.md).** Toy finding.', index)
-    self.assertIn('<a id="verdict-rule"></a>Verdict rule.', index)
+    self.assertIn('## Verdict rule\n\ng is our gain', index)
 
   def test_verdict_rule(self):
     cases = [

@@ -25,7 +25,7 @@ from results.fmnist import runs as runs_lib
 REGENERATE = 'bazel run //results/fmnist:reproduce -- --report_only'
 MARGIN_FLOOR = 0.1  # Points: the verdict's least margin (one seed's).
 VERDICT_RULE = (
-    'Verdict rule. g is our gain (the method\'s last-10-round accuracy '
+    'g is our gain (the method\'s last-10-round accuracy '
     'minus its baseline\'s, paired by seed, mean over seeds), p the '
     'paper\'s, and the margin m our seed spread: the std of the per-seed '
     'gains, at least 0.1 point (one seed has no spread, so its margin is '
@@ -356,7 +356,7 @@ def write_index(root: str, all_cells=tuple(cells.CELLS.values())) -> str:
   summaries = {c.name: runs_lib.collect(root, c) for c in all_cells}
   all_rows = [(c, runs_lib.rows(c, summaries[c.name])) for c in all_cells]
   lines = (index_intro_lines() + verdict_table_lines(all_rows) + [''] +
-           ['<a id="verdict-rule"></a>' + VERDICT_RULE, ''] +
+           ['## Verdict rule', '', VERDICT_RULE, ''] +
            finding_lines(all_cells) + index_method_lines() +
            runs_section_lines(all_cells, summaries, base))
   path = os.path.join(base, 'README.md')
