@@ -34,8 +34,9 @@ VERDICT_RULE = (
     'm of 0, and p is within m of 0 or of g (our seeds cannot tell the '
     'paper\'s gain from none). **not reproduced: no gain**: g is within m '
     'of 0, p is not. **not reproduced: loss (or gain), paper\'s within '
-    'spread**: p is within m of 0, g is not. **same sign, smaller** (or **larger**): g and '
-    'p are further than m from 0 and from each other, with one sign. **not '
+    'spread**: p is within m of 0, g is not. **same sign, smaller** (or '
+    '**larger**): g and p are further than m from 0 and from each other, '
+    'with one sign. **not '
     'reproduced: opposite sign**: the same, with opposite signs. **no paper '
     'number**: the paper has none (ours is called a gain, a loss or no gain '
     'by the same margin). A paper number on another data set (FedGLAD\'s '
@@ -652,7 +653,8 @@ def metric_row(setting, method, seed, column, run) -> str:
   metric_curves = runs_lib.metric_curves(run['rows'], column)
   if not metric_curves:
     return ''
-  values = np.array([v for _, v in metric_curves.values()])  # elements x rounds
+  # Elements x rounds.
+  values = np.array([v for _, v in metric_curves.values()])
   early = values[:, :max(1, int(np.ceil(values.shape[1] / 10)))].mean(axis=1)
   early_text = (f'{early.min():.4f}' if early.size == 1
                 else f'{early.min():.4f}-{early.max():.4f}')

@@ -266,8 +266,9 @@ def current_cell(cell: cells.Cell, path: str = cells.__file__) -> cells.Cell:
 
   A driver runs for hours, and its reports are to match what `--report_only`
   would write from the same runs: protocol edits (titles, paper numbers)
-  made while it runs are kept; the notes are read as each report is written. An unedited file, or one that does not load (caught mid-edit), keeps
-  `cell`.
+  made while it runs are kept; the notes are read as each report is
+  written. An unedited file, or one that does not load (caught mid-edit),
+  keeps `cell`.
   """
   if os.path.getmtime(path) <= _CELLS_LOADED_AT:
     return cell
