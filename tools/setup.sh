@@ -24,12 +24,12 @@ fi
 python=""
 for candidate in python3.11 python3; do
   if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c \
-      'import sys; sys.exit(not (3, 9) <= sys.version_info[:2] <= (3, 11))'; then
+      'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
     python="$candidate"; break
   fi
 done
 if [ -z "$python" ]; then
-  echo "setup: TFF 0.87 needs Python 3.9 to 3.11; none found on PATH." >&2
+  echo "setup: needs Python 3.11 (the only version this project is tested with; TFF 0.87 accepts none newer); none found on PATH." >&2
   exit 1
 fi
 
