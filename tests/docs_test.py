@@ -264,6 +264,9 @@ def broken_link(path: str, target: str) -> Optional[str]:
 
 class DocsTest(absltest.TestCase):
 
+  maxDiff = None
+  longMessage = False  # The message alone: one offender per line.
+
   def test_finds_the_repository(self):
     self.assertTrue(
         os.path.exists(os.path.join(ROOT, 'WORKSPACE')),
@@ -286,14 +289,14 @@ class DocsTest(absltest.TestCase):
         reason = broken_link(path, target)
         if reason:
           offenders.append(f'{path}:{number}: ({target}) {reason}')
-    self.assertEmpty(
+    self.assertFalse(
         offenders,
         'Broken relative links:\n' + '\n'.join(offenders),
     )
 
   def test_no_file_refers_to_a_path_outside_the_repository(self):
     offenders = _find(checked_files(), _OUTSIDE_PATTERNS)
-    self.assertEmpty(
+    self.assertFalse(
         offenders,
         'Files referring to paths outside the repository (a clone does not '
         'have them; say it here or in docs/):\n' + '\n'.join(offenders),
@@ -301,7 +304,7 @@ class DocsTest(absltest.TestCase):
 
   def test_no_file_cites_the_implementation_notes(self):
     offenders = _find(checked_files(), _CITATION_PATTERNS)
-    self.assertEmpty(
+    self.assertFalse(
         offenders,
         'Files citing the authors\' implementation notes (a clone does not '
         'have them; cite the paper\'s equations or docs/methods/ instead):\n'
@@ -316,7 +319,7 @@ class DocsTest(absltest.TestCase):
             for n, line in _markdown_prose(_read(p))
         ),
     )
-    self.assertEmpty(
+    self.assertFalse(
         offenders,
         'Markdown naming issue-tracker numbers:\n' + '\n'.join(offenders),
     )
