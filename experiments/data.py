@@ -185,8 +185,30 @@ def load_tfds_images(
   )
 
 
+def check_labels(data: ImageData, source: str) -> None:
+  """Raises ValueError if a label is not a class index (0..classes-1)."""
+  for split, labels in (('train', data.train_labels),
+                        ('test', data.test_labels)):
+    bad = (labels < 0) | (labels >= data.num_classes)
+    if np.any(bad):
+      raise ValueError(
+          f'{source}: {int(bad.sum())} {split} labels are outside the '
+          f'{data.num_classes} classes 0..{data.num_classes - 1} (first: '
+          f'{int(labels[bad][0])}); the label file is damaged or not this '
+          'data set\'s.'
+      )
+
+
 def load(name: str, data_dir: str, download: bool = False) -> ImageData:
-  """Loads `name` in `DATASETS` (`download` only applies to tfds data sets)."""
+  """Loads `name` in `DATASETS` (`download` only applies to tfds data sets).
+
+  Raises:
+    DataNotFoundError: If the data set is not in `data_dir`.
+    ValueError: If its files are damaged or hold labels outside its classes.
+  """
   if name == 'fmnist':
-    return load_fashion_mnist(data_dir)
-  return load_tfds_images(name, data_dir, download=download)
+    data = load_fashion_mnist(data_dir)
+  else:
+    data = load_tfds_images(name, data_dir, download=download)
+  check_labels(data, f'{name} in {data_dir!r}')
+  return data

@@ -29,6 +29,12 @@ _AGGREGATORS = flags.DEFINE_list(
     None,
     'Aggregators to compare (default: every registered one, FedAvg first).',
 )
+flags.register_validator(
+    'demo_aggregators',
+    lambda names: not names or set(names) <= set(registry.names()),
+    message='--demo_aggregators must name some of '
+    f'{", ".join(registry.names())}.',
+)
 
 
 def main(argv: list[str]) -> None:
@@ -86,4 +92,4 @@ if __name__ == '__main__':
       # the demo's 20.
       fedcda_warmup=5,
   )
-  app.run(main)
+  app.run(experiment.without_traceback(main))

@@ -6,10 +6,12 @@ optimisers, the training loop, outputs) is common.
 """
 
 from collections.abc import Callable
+import atexit
 import collections
 import dataclasses
 import json
 import os
+import signal
 from typing import Optional
 
 import logging as logging_lib
@@ -206,11 +208,34 @@ WORKERS = flags.DEFINE_list(
     'over them. Default: one local worker.',
 )
 
+OVERWRITE = flags.DEFINE_bool(
+    'overwrite', False,
+    'Start over: delete the run files in --output_dir (config, metrics, '
+    'checkpoints, ...) instead of resuming the run there.',
+)
+MAX_EMPTY_ROUNDS = flags.DEFINE_integer(
+    'max_empty_rounds', 1,
+    'Stop with an error after this many consecutive rounds to which no '
+    'client contributed (all dropped as non-finite or of zero weight); '
+    '0: never stop.',
+)
+CHANCE_ROUNDS = flags.DEFINE_integer(
+    'chance_rounds', 5,
+    'Warn (log and summary.json) when test accuracy stays at chance for this '
+    'many consecutive evaluated rounds; 0: never.',
+)
+KEEP_CHECKPOINTS = flags.DEFINE_integer(
+    'keep_checkpoints', 3,
+    'Checkpoints kept in <output_dir>/checkpoints (the newest rounds); a '
+    'damaged newest one falls back to the next.',
+)
+
 # Flags that do not change results; a run may resume with other values.
 _NON_RUN_FLAGS = frozenset([
     'rounds', 'eval_every', 'output_dir', 'data_dir', 'download', 'cache_dir',
     'max_concurrent_computation_calls', 'summary_rounds', 'accuracy_metric',
-    'workers',
+    'workers', 'overwrite', 'max_empty_rounds', 'chance_rounds',
+    'keep_checkpoints',
 ])
 # Flags of one kind of binary only.
 _PARTITION_FLAGS = ('num_clients', 'partition', 'alpha', 'shards_per_client',
@@ -220,6 +245,48 @@ BASELINE_PROXY_SIZE = 1000
 _BASELINE_TASK_FLAGS = ('cache_dir', 'use_synthetic_data', 'eval_examples',
                         'max_client_examples', 'sequence_length', 'vocab_size',
                         'crop_size', 'distort_train_images')
+
+
+
+def _require(names: tuple[str, ...], check: Callable[[object], bool],
+             requirement: str) -> None:
+  """Validates each flag in `names` at parsing time (None: not given)."""
+  for name in names:
+    flags.register_validator(
+        name, lambda v, check=check: v is None or check(v),
+        message=f'--{name} must be {requirement}.',
+    )
+
+
+def _finite_positive(value) -> bool:
+  return bool(np.isfinite(value)) and value > 0
+
+
+_require(('rounds', 'num_clients', 'clients_per_round', 'local_epochs',
+          'batch_size', 'eval_every', 'summary_rounds', 'shards_per_client',
+          'keep_checkpoints', 'sequence_length', 'vocab_size', 'crop_size',
+          'eval_examples', 'max_client_examples'),
+         lambda v: v >= 1, 'at least 1')
+_require(('proxy_size', 'max_empty_rounds', 'chance_rounds'),
+         lambda v: v >= 0, 'at least 0')
+_require(('weight_decay', 'proximal_strength'),
+         lambda v: bool(np.isfinite(v)) and v >= 0, 'finite and at least 0')
+_require(('client_lr', 'server_lr', 'alpha', 'server_epsilon'),
+         _finite_positive, 'finite and positive')
+_require(('client_momentum', 'server_momentum', 'server_beta1',
+          'server_beta2'), lambda v: 0 <= v < 1, 'in [0, 1)')
+_require(('client_lr_decay',), lambda v: 0 < v <= 1, 'in (0, 1]')
+_require(('max_concurrent_computation_calls',), lambda v: v == -1 or v >= 1,
+         '-1 (no limit) or at least 1')
+_require(('fedcda_k', 'fedcda_batches', 'fedcda_max_state_mb',
+          'fedlaw_server_epochs', 'fedlaw_proxy_batch_size', 'fedsa_classes',
+          'fedsa_clusters'), lambda v: v >= 1, 'at least 1')
+_require(('fedcda_warmup',), lambda v: v >= 0, 'at least 0')
+_require(('fedlaw_server_lr',), _finite_positive, 'finite and positive')
+flags.register_validator(
+    'aggregator', lambda v: v in registry.names(),
+    message=f'--aggregator must be one of {", ".join(registry.names())}.',
+)
 
 
 class _ProjectInfoOnly(logging_lib.Filter):
@@ -253,34 +320,71 @@ def set_defaults(**defaults) -> None:
     flags.FLAGS.set_default(name, value)
 
 
-def _run_flags() -> dict[str, object]:
-  """The flags of the `experiments` package that change results, by name."""
+def _run_flags(aggregator: str) -> dict[str, object]:
+  """The flags that change the results of a run of `aggregator`, by name.
+
+  Leaves out the flags that do not (`_NON_RUN_FLAGS`) and the options of the
+  other registered methods (`--<method>_...`).
+  """
+  others = tuple(f'{m}_' for m in registry.names() if m != aggregator)
   values = {}
   for module, module_flags in flags.FLAGS.flags_by_module_dict().items():
     if module.startswith('experiments.'):
       for flag in module_flags:
-        if flag.name not in _NON_RUN_FLAGS:
+        if flag.name not in _NON_RUN_FLAGS and not flag.name.startswith(
+            others):
           values[flag.name] = flag.value
+  values['aggregator'] = aggregator
   return collections.OrderedDict(sorted(values.items()))
 
 
-def _check_resumable(output_dir: str, run_flags: dict[str, object]) -> None:
-  """Refuses to resume a run directory that was made with other settings."""
+def _changed_settings(output_dir: str,
+                      run_flags: dict[str, object]) -> dict[str, tuple]:
+  """The run flags whose values differ from the run saved in `output_dir`."""
   path = os.path.join(output_dir, run_files.CONFIG_JSON)
-  if os.path.exists(path):
-    with open(path) as f:
-      previous = json.load(f)
-    changed = {
-        k: (previous.get(k), v) for k, v in run_flags.items()
-        if previous.get(k) != v
-    }
-    if changed:
-      raise SystemExit(
-          f'error: {output_dir} holds a run with other settings '
-          f'(flag: (saved, now)) {changed}. Use another --output_dir, or '
-          'delete that directory to start over.'
-      )
-  training.write_json(path, run_flags)
+  if not os.path.exists(path):
+    return {}
+  with open(path) as f:
+    previous = json.load(f)
+  return {k: (previous.get(k), v) for k, v in run_flags.items()
+          if previous.get(k) != v}
+
+
+def _check_resumable(output_dir: str, run_flags: dict[str, object]) -> bool:
+  """Whether to start over in `output_dir`; refuses other settings.
+
+  Reads only. A directory without a completed round (a run refused or
+  stopped in its first round) may take new settings; one with completed
+  rounds needs --overwrite or another --output_dir.
+  """
+  if OVERWRITE.value:
+    return True
+  changed = _changed_settings(output_dir, run_flags)
+  if not changed:
+    return False
+  if not run_files.completed_rounds(output_dir):
+    logging.info('%s holds no completed round: starting over with the new '
+                 'settings.', output_dir)
+    return True
+  raise SystemExit(
+      f'error: {output_dir} holds a run with other settings '
+      f'(flag: (saved, now)) {changed}. To start over, add --overwrite '
+      '(deletes that run) or use another --output_dir.'
+  )
+
+
+def _write_run_files(output_dir: str, run_flags: dict[str, object],
+                     partition_info: Optional[dict[str, np.ndarray]],
+                     start_over: bool) -> None:
+  """Creates the run directory and writes its config (and partition)."""
+  if start_over:
+    run_files.remove_run(output_dir)
+  os.makedirs(output_dir, exist_ok=True)
+  training.write_json(os.path.join(output_dir, run_files.CONFIG_JSON),
+                      run_flags)
+  if partition_info is not None:
+    training.write_json(os.path.join(output_dir, run_files.PARTITION_JSON),
+                        partition_info)
 
 
 def _resolve_learning_rates(client_lr: float, server_lr: float) -> None:
@@ -289,6 +393,14 @@ def _resolve_learning_rates(client_lr: float, server_lr: float) -> None:
     flags.FLAGS.client_lr = client_lr
   if SERVER_LR.value is None:
     flags.FLAGS.server_lr = server_lr
+
+
+def _check_cohort_size(population: int, source: str) -> None:
+  if CLIENTS_PER_ROUND.value > population:
+    raise SystemExit(
+        f'error: --clients_per_round={CLIENTS_PER_ROUND.value} exceeds '
+        f'{source} (clients are sampled without replacement): lower it.'
+    )
 
 
 def _refuse_flags(names: tuple[str, ...], binary: str) -> None:
@@ -349,6 +461,8 @@ def load_partitioned_task(
     (x, y) examples, or None).
   """
   _refuse_flags(_BASELINE_TASK_FLAGS, dataset)
+  _check_cohort_size(NUM_CLIENTS.value,
+                     f'--num_clients={NUM_CLIENTS.value}')
   _resolve_learning_rates(0.05, 1.0)
   if MODEL.value not in models.MODELS:
     raise SystemExit(f'error: --model={MODEL.value} is not one of '
@@ -422,6 +536,81 @@ def default_output_dir(task_name: str, aggregator: str) -> str:
   )
 
 
+def _chance_accuracy(
+    partition_info: Optional[dict[str, np.ndarray]]) -> Optional[float]:
+  if partition_info is None:
+    return None
+  return 1.0 / np.shape(partition_info['label_counts'])[1]
+
+
+def _use_workers() -> None:
+  """Starts the local TFF worker, or connects to --workers."""
+  try:
+    if WORKERS.value:
+      if MAX_CONCURRENT_COMPUTATION_CALLS.present:
+        raise SystemExit('error: with --workers, set '
+                         '--max_concurrent_computation_calls where the '
+                         'workers are started.')
+      runtime.use_workers(WORKERS.value)
+    else:
+      _start_local_worker()
+  except (TimeoutError, RuntimeError) as e:
+    raise SystemExit(f'error: {e}') from e
+
+
+def _start_local_worker() -> None:
+  """The local worker, deaf to the terminal's Ctrl-C and to SIGTERM.
+
+  A Ctrl-C reaches the whole process group; the worker must finish the
+  current round so that the loop can save it and stop (see
+  `training.train`). It inherits ignored SIGINT and SIGTERM, and is killed
+  at exit (it holds no state).
+  """
+  signals = (signal.SIGINT, signal.SIGTERM)
+  previous = {s: signal.signal(s, signal.SIG_IGN) for s in signals}
+  try:
+    worker = runtime.use_local_worker(MAX_CONCURRENT_COMPUTATION_CALLS.value)
+  finally:
+    for signum, handler in previous.items():
+      signal.signal(signum, handler)
+  atexit.register(_kill, worker.pid)
+
+
+def _kill(pid: int) -> None:
+  try:
+    os.kill(pid, signal.SIGKILL)
+  except ProcessLookupError:
+    pass
+
+
+def _build_process(
+    task: tff.simulation.baselines.BaselineTask,
+    aggregator: str,
+    output_dir: str,
+    proxy_data: Optional[tf.data.Dataset],
+) -> tff.learning.templates.LearningProcess:
+  """The aggregator's process; a setting that cannot work exits with why."""
+  try:
+    return registry.build_process(
+        aggregator,
+        registry.ProcessInputs(
+            model_fn=task.model_fn,
+            client_optimizer_fn=_client_optimizer(),
+            server_optimizer_fn=_server_optimizer(),
+            server_optimizer=SERVER_OPTIMIZER.value,
+            proximal_strength=PROXIMAL_STRENGTH.value,
+            clients_per_round=CLIENTS_PER_ROUND.value,
+            proxy_data=proxy_data,
+            seed=SEED.value,
+            num_clients=len(task.datasets.train_data.client_ids),
+            output_dir=output_dir,
+            local_epochs=LOCAL_EPOCHS.value,
+        ),
+    )
+  except ValueError as e:  # A method's settings that cannot work.
+    raise SystemExit(f'error: --aggregator={aggregator}: {e}') from e
+
+
 def run(
     task: tff.simulation.baselines.BaselineTask,
     *,
@@ -451,43 +640,11 @@ def run(
         f'error: unknown aggregator {aggregator!r}; choose one of '
         f'{", ".join(registry.names())}.'
     )
-  run_flags = _run_flags()
-  run_flags['aggregator'] = aggregator
-  os.makedirs(output_dir, exist_ok=True)
-  _check_resumable(output_dir, run_flags)
-  if partition_info is not None:
-    training.write_json(os.path.join(output_dir, run_files.PARTITION_JSON),
-                        partition_info)
-  try:
-    if WORKERS.value:
-      if MAX_CONCURRENT_COMPUTATION_CALLS.present:
-        raise SystemExit('error: with --workers, set '
-                         '--max_concurrent_computation_calls where the '
-                         'workers are started.')
-      runtime.use_workers(WORKERS.value)
-    else:
-      runtime.use_local_worker(MAX_CONCURRENT_COMPUTATION_CALLS.value)
-  except (TimeoutError, RuntimeError) as e:
-    raise SystemExit(f'error: {e}') from e
-  try:
-    process = registry.build_process(
-        aggregator,
-        registry.ProcessInputs(
-            model_fn=task.model_fn,
-            client_optimizer_fn=_client_optimizer(),
-            server_optimizer_fn=_server_optimizer(),
-            server_optimizer=SERVER_OPTIMIZER.value,
-            proximal_strength=PROXIMAL_STRENGTH.value,
-            clients_per_round=CLIENTS_PER_ROUND.value,
-            proxy_data=proxy_data,
-            seed=SEED.value,
-            num_clients=len(task.datasets.train_data.client_ids),
-            output_dir=output_dir,
-            local_epochs=LOCAL_EPOCHS.value,
-        ),
-    )
-  except ValueError as e:  # A method's settings that cannot work.
-    raise SystemExit(f'error: --aggregator={aggregator}: {e}') from e
+  run_flags = _run_flags(aggregator)
+  start_over = _check_resumable(output_dir, run_flags)
+  _use_workers()
+  process = _build_process(task, aggregator, output_dir, proxy_data)
+  _write_run_files(output_dir, run_flags, partition_info, start_over)
   logging.info('%s: writing to %s', aggregator, output_dir)
   config = training.TrainingConfig(
       rounds=ROUNDS.value,
@@ -499,13 +656,19 @@ def run(
       client_lr_decay=CLIENT_LR_DECAY.value,
       accuracy_metric=ACCURACY_METRIC.value,
       summary_rounds=SUMMARY_ROUNDS.value,
+      max_empty_rounds=MAX_EMPTY_ROUNDS.value or None,
+      chance_rounds=CHANCE_ROUNDS.value or None,
+      keep_checkpoints=KEEP_CHECKPOINTS.value,
+      chance_accuracy=_chance_accuracy(partition_info),
   )
   try:
     return training.train(
         process, task, config, eval_data=eval_data, label=aggregator
     )
-  except (runtime.WorkerUnavailableError,
-          training.TrainingDivergedError) as e:
+  except training.StopRequested as e:  # Logged when the signal came.
+    raise SystemExit(128 + e.args[0]) from e
+  except (runtime.WorkerUnavailableError, training.TrainingDivergedError,
+          training.CheckpointDamagedError) as e:
     raise SystemExit(f'error: {e}') from e
   except ValueError as e:
     if 'aggregate dependent on another' not in str(e):
@@ -516,6 +679,19 @@ def run(
         'runtime cannot split over workers. Run it on one worker, or use its '
         'one-pass option (FedLWS: --fedlws_tau_mode=rms).'
     ) from e
+
+
+def without_traceback(main: Callable[[list[str]], None]):
+  """`main`, with a Ctrl-C outside the training loop ending in one line."""
+
+  def wrapped(argv: list[str]) -> None:
+    try:
+      main(argv)
+    except KeyboardInterrupt:
+      logging.warning('Interrupted; the saved rounds, if any, are intact.')
+      raise SystemExit(128 + signal.SIGINT) from None
+
+  return wrapped
 
 
 def image_classification_main(dataset: str) -> Callable[[list[str]], None]:
@@ -540,7 +716,7 @@ def image_classification_main(dataset: str) -> Callable[[list[str]], None]:
     )
     logging.info('summary: %s', dict(summary))
 
-  return main
+  return without_traceback(main)
 
 
 def baseline_task_main(name: str) -> Callable[[list[str]], None]:
@@ -579,6 +755,7 @@ def baseline_task_main(name: str) -> Callable[[list[str]], None]:
       logging.warning('Synthetic %s has %d clients: sampling %d per round.',
                       name, population, population)
       flags.FLAGS.clients_per_round = population
+    _check_cohort_size(population, f'the {population} clients of {name}')
     proxy_size = PROXY_SIZE.value
     if proxy_size is None:
       proxy_size = BASELINE_PROXY_SIZE
@@ -595,4 +772,4 @@ def baseline_task_main(name: str) -> Callable[[list[str]], None]:
     )
     logging.info('summary: %s', dict(summary))
 
-  return main
+  return without_traceback(main)

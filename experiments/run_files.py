@@ -11,6 +11,7 @@ where `tff.program.TensorBoardReleaseManager` writes.
 import csv
 import json
 import os
+import shutil
 from typing import Any, Optional
 
 import numpy as np
@@ -44,6 +45,27 @@ def latest_checkpoint(output_dir: str) -> Optional[int]:
               if n.startswith(CHECKPOINT_PREFIX)
               and n[len(CHECKPOINT_PREFIX):].isdigit()]
   return max(versions, default=None)
+
+
+def completed_rounds(output_dir: str) -> int:
+  """How many rounds the run in `output_dir` completed (0 if none)."""
+  return latest_checkpoint(output_dir) or 0
+
+
+# Everything a run writes into its directory (`remove_run` deletes these).
+RUN_ENTRIES = (CONFIG_JSON, PARTITION_JSON, METRICS_CSV, SUMMARY_JSON,
+               'accuracy.png', CHECKPOINT_DIR, TENSORBOARD_DIR,
+               'fedcda_history')
+
+
+def remove_run(output_dir: str) -> None:
+  """Deletes a run's files from `output_dir`, leaving any other file there."""
+  for name in RUN_ENTRIES:
+    path = os.path.join(output_dir, name)
+    if os.path.isdir(path):
+      shutil.rmtree(path)
+    elif os.path.exists(path):
+      os.remove(path)
 
 
 def write_text(path: str, text: str) -> None:

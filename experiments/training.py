@@ -11,6 +11,15 @@ rate schedule is re-applied from the round number. A process with an
 `adopt_state` method (FedCDA with its history in the driver) passes every
 loaded state through it, so it can start from a related run's checkpoint.
 
+Failures are loud and leave the saved rounds intact: a non-finite model or
+metric stops the run (`TrainingDivergedError`), as do `max_empty_rounds`
+rounds in a row to which no client contributed (`NoClientContributedError`);
+each round's dropped clients are released under one name for every method
+(`clients/num_dropped_clients`, see `dropped_clients`); a damaged newest
+checkpoint falls back to the previous one (`CheckpointManager`); SIGINT or
+SIGTERM stops the loop once the current round is saved (`StopRequested`); and
+`summary.json` lists `warnings` (accuracy stuck at chance, exploding loss).
+
 `tff.learning.programs.train_model` is not used: it releases only the client
 work's training metrics (dropping the aggregator and finalizer measurements
 every method here reports) and evaluates with a federated process, where these
@@ -22,6 +31,9 @@ import collections
 from collections.abc import Callable
 import dataclasses
 import os
+import shutil
+import signal
+import threading
 import time
 from typing import Any, Optional
 import zlib
@@ -44,10 +56,27 @@ ACCURACY_PNG = 'accuracy.png'
 CHECKPOINT_DIR = run_files.CHECKPOINT_DIR
 TENSORBOARD_DIR = run_files.TENSORBOARD_DIR
 _MAX_SHUFFLE_BUFFER = 100_000
+# The measurement every method's dropped clients are released under (in the
+# `clients` group of metrics.csv and TensorBoard: `clients/<name>`).
+NUM_DROPPED_CLIENTS = 'num_dropped_clients'
+NUM_NON_FINITE_CLIENTS = 'num_non_finite_clients'
+NUM_ZERO_WEIGHT_CLIENTS = 'num_zero_weight_clients'
 
 
 class TrainingDivergedError(RuntimeError):
   """The model or the training loss became non-finite."""
+
+
+class NoClientContributedError(TrainingDivergedError):
+  """Too many consecutive rounds in which every client was dropped."""
+
+
+class CheckpointDamagedError(RuntimeError):
+  """No saved round of a run directory can be read."""
+
+
+class StopRequested(Exception):
+  """SIGINT or SIGTERM arrived; the loop stopped after a saved round."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +98,15 @@ class TrainingConfig:
     accuracy_metric: Name of the evaluation metric reported as accuracy.
     summary_rounds: The summary's accuracy is the mean over this many last
       rounds (10 in the papers).
+    max_empty_rounds: Stop with `NoClientContributedError` after this many
+      consecutive rounds to which no client contributed (every client dropped
+      as non-finite or of zero weight); None: never stop.
+    chance_rounds: Warn (log and `summary.json` `warnings`) when the test
+      accuracy stays at or below 1.25 x `chance_accuracy` for this many
+      consecutive evaluated rounds; None: never.
+    chance_accuracy: The accuracy of guessing (1 / classes), if known.
+    keep_checkpoints: The newest checkpoints kept; a damaged newest one falls
+      back to the next.
   """
 
   rounds: int
@@ -80,6 +118,10 @@ class TrainingConfig:
   client_lr_decay: float = 1.0
   accuracy_metric: str = 'sparse_categorical_accuracy'
   summary_rounds: int = 10
+  max_empty_rounds: Optional[int] = None
+  chance_rounds: Optional[int] = None
+  chance_accuracy: Optional[float] = None
+  keep_checkpoints: int = 3
 
   @property
   def schedules_client_lr(self) -> bool:
@@ -94,6 +136,10 @@ class TrainingConfig:
       )
     if self.eval_every < 1:
       raise ValueError(f'eval_every must be >= 1, got {self.eval_every}.')
+    for name in ('max_empty_rounds', 'chance_rounds', 'keep_checkpoints'):
+      value = getattr(self, name)
+      if value is not None and value < 1:
+        raise ValueError(f'{name} must be >= 1 (or None), got {value}.')
     if not 0 < self.client_lr_decay <= 1:
       raise ValueError(
           f'client_lr_decay must be in (0, 1], got {self.client_lr_decay}.'
@@ -145,6 +191,7 @@ class ClientSampler:
     self._clients_per_round = clients_per_round
     self._seed = seed
     self._index = {c: i for i, c in enumerate(self._client_ids)}
+    self._sizes = {}  # Client id -> examples (-1: unknown), once built.
 
   def client_ids(self, round_num: int) -> list[str]:
     """The cohort of `round_num`, a function of (seed, round) only."""
@@ -160,12 +207,17 @@ class ClientSampler:
     """
     dataset = self._dataset_fn(client_id)
     size = int(dataset.cardinality())
+    self._sizes[client_id] = size if size >= 0 else -1
     buffer = size if size > 0 else _MAX_SHUFFLE_BUFFER
     seed = _derived_seed(
         self._seed, round_num, zlib.crc32(client_id.encode())
     )
     dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     return self._preprocess_fn(dataset)
+
+  def num_empty_clients(self, round_num: int) -> int:
+    """Clients of the built cohort of `round_num` known to hold no data."""
+    return sum(self._sizes.get(c) == 0 for c in self.client_ids(round_num))
 
   def cohort(self, round_num: int) -> list[tf.data.Dataset]:
     return [
@@ -241,12 +293,152 @@ def _all_finite(structure) -> bool:
   )
 
 
+class CheckpointManager(tff.program.FileProgramStateManager):
+  """TFF's file state manager keeping the newest rounds, past damaged ones.
+
+  Saving is TFF's: a SavedModel written into `<checkpoint>_temp<k>` and
+  renamed into place, the oldest checkpoint removed only afterwards, so a
+  kill during a write leaves every earlier checkpoint intact (the partial
+  temporary directory is removed at the next load). Loading tries the newest
+  checkpoint first; a damaged one is logged (which file), renamed to
+  `<checkpoint>.damaged` and the next newest is tried.
+  """
+
+  def __init__(self, root_dir: str, keep: int):
+    super().__init__(root_dir, prefix=run_files.CHECKPOINT_PREFIX,
+                     keep_total=keep, keep_first=False)
+    self._root = root_dir
+
+  async def load_latest(self, structure):
+    self._remove_partial_writes()
+    versions = await self.get_versions() or []
+    for version in reversed(versions):
+      try:
+        return await self.load(version, structure), version
+      except Exception as e:  # pylint: disable=broad-except
+        self._set_aside(version, e)  # Any read error: damaged.
+    if not versions:
+      return None, 0
+    raise CheckpointDamagedError(
+        f'Every checkpoint in {self._root} is damaged; start over with '
+        '--overwrite (or another --output_dir).'
+    )
+
+  def _remove_partial_writes(self) -> None:
+    for name in os.listdir(self._root):
+      if name.startswith(run_files.CHECKPOINT_PREFIX) and '_temp' in name:
+        shutil.rmtree(os.path.join(self._root, name), ignore_errors=True)
+
+  def _set_aside(self, version: int, error: Exception) -> None:
+    path = os.path.join(self._root, f'{run_files.CHECKPOINT_PREFIX}{version}')
+    logging.warning(
+        'Checkpoint of round %d is damaged: %s (%s: %s). Falling back to the '
+        'previous checkpoint; the damaged one is kept as %s.damaged.',
+        version, _damaged_file(path), type(error).__name__, error, path)
+    if os.path.exists(path + '.damaged'):
+      shutil.rmtree(path + '.damaged')
+    os.rename(path, path + '.damaged')
+
+
+def _damaged_file(path: str) -> str:
+  """The first file of a SavedModel checkpoint at `path` that cannot be read."""
+  graph = os.path.join(path, 'saved_model.pb')
+  if not os.path.isfile(graph):
+    return graph
+  prefix = os.path.join(path, 'variables', 'variables')
+  try:
+    reader = tf.train.load_checkpoint(prefix)
+  except Exception:  # pylint: disable=broad-except
+    return prefix + '.index'
+  try:
+    for name in reader.get_variable_to_shape_map():
+      reader.get_tensor(name)
+  except Exception:  # pylint: disable=broad-except
+    return ', '.join(tf.io.gfile.glob(prefix + '.data-*'))
+  return path
+
+
+def _find(structure: Any, name: str) -> Any:
+  """The first value under key `name` in nested dicts (breadth first)."""
+  level = [structure]
+  while level:
+    for d in level:
+      if name in d:
+        return d[name]
+    level = [v for d in level for v in d.values() if isinstance(v, dict)]
+  return None
+
+
+def _num_dropped(metrics: dict[str, Any], cohort_size: int) -> Optional[int]:
+  """Clients that contributed nothing, from a process's own measurements.
+
+  No client counted in the client work's `num_examples` means none
+  contributed (any method on TFF's client work: FedGLAD's measurements
+  report nothing else). Otherwise, the name each method reports it under:
+  `num_dropped_clients` (this project's FedLAW and FedSA finalizers),
+  `num_non_finite_clients` + `num_zero_weight_clients` (the collect-all
+  aggregator: FedLAW, FedSA, FedCDA), the contributing
+  `num_clients` (FedLWS's statistics, per layer group), or, for TFF's own
+  FedAvg finalizer, `update_non_finite` (1: no client contributed; a partial
+  drop is not visible). None if the process reports none of these.
+  """
+  examples = metrics.get('client_work', {}).get('train', {}).get(
+      'num_examples')
+  if examples is not None and not examples:  # TFF's client work resets a
+    return cohort_size  # dropped client's metrics: none trained.
+  native = _find(metrics, NUM_DROPPED_CLIENTS)
+  if native is not None:
+    return int(native)
+  aggregator = metrics.get('aggregator', {})
+  if NUM_ZERO_WEIGHT_CLIENTS in aggregator:
+    return int(aggregator[NUM_ZERO_WEIGHT_CLIENTS]
+               + aggregator.get(NUM_NON_FINITE_CLIENTS, 0))
+  contributing = aggregator.get('num_clients')
+  if contributing is not None:
+    return cohort_size - int(np.max(contributing))
+  finalizer = metrics.get('finalizer', {})
+  if 'update_non_finite' in finalizer:
+    return cohort_size if finalizer['update_non_finite'] else 0
+  return None
+
+
+def dropped_clients(
+    metrics: dict[str, Any], cohort_size: int, num_empty: int
+) -> Optional[collections.OrderedDict[str, int]]:
+  """One round's dropped clients under one name for every method.
+
+  `num_dropped_clients` contributed nothing to the round's update; of them,
+  `num_zero_weight_clients` hold no examples and `num_non_finite_clients`
+  produced a non-finite update (TFF's client work turns such an update into
+  a zero one of weight 0, so a zero weight with data means non-finite).
+
+  Args:
+    metrics: The round's process measurements.
+    cohort_size: The round's sampled clients.
+    num_empty: Sampled clients known to hold no examples.
+
+  Returns:
+    The three counts, or None if the process reports no way to tell.
+  """
+  dropped = _num_dropped(metrics, cohort_size)
+  if dropped is None:
+    return None
+  dropped = min(max(dropped, num_empty), cohort_size)
+  return collections.OrderedDict([
+      (NUM_DROPPED_CLIENTS, dropped),
+      (NUM_NON_FINITE_CLIENTS, dropped - num_empty),
+      (NUM_ZERO_WEIGHT_CLIENTS, num_empty),
+  ])
+
+
 def _summarise(config: TrainingConfig) -> dict[str, Any]:
   rows = read_metrics(config.output_dir)
   rounds, accuracies = accuracy_curve(rows, config.accuracy_metric)
   last = [a for r, a in zip(rounds, accuracies)
           if r > config.rounds - config.summary_rounds]
   seconds = [float(r['round_seconds']) for r in rows]
+  warnings = _chance_warnings(config, rounds, accuracies) + _loss_warnings(
+      rows)
   return collections.OrderedDict(
       rounds=len(rows),
       final_accuracy=accuracies[-1] if accuracies else None,
@@ -255,7 +447,44 @@ def _summarise(config: TrainingConfig) -> dict[str, Any]:
       best_accuracy=max(accuracies) if accuracies else None,
       median_round_seconds=float(np.median(seconds)) if seconds else None,
       total_train_seconds=float(np.sum(seconds)),
+      dropped_clients=int(sum(float(r.get(_DROPPED_COLUMN) or 0)
+                              for r in rows)),
+      warnings=warnings,
   )
+
+
+_DROPPED_COLUMN = f'clients/{NUM_DROPPED_CLIENTS}'
+_LOSS_COLUMN = 'train/client_work/train/loss'
+# A cross-entropy above this means the clients diverge (ln 10000 is 9.2).
+_DIVERGING_LOSS = 1e3
+
+
+def _chance_warnings(config: TrainingConfig, rounds: list[int],
+                     accuracies: list[float]) -> list[str]:
+  """A warning if accuracy stayed at chance for `chance_rounds` in a row."""
+  if not config.chance_rounds or not config.chance_accuracy:
+    return []
+  limit = 1.25 * config.chance_accuracy
+  streak = longest = 0
+  for accuracy in accuracies:
+    streak = streak + 1 if accuracy <= limit else 0
+    longest = max(longest, streak)
+  if longest < config.chance_rounds:
+    return []
+  return [f'test accuracy stayed at chance (<= {limit:.4f}) for {longest} '
+          f'evaluated rounds in a row (of {len(rounds)}): the model is not '
+          'learning; lower --client_lr or --server_lr.']
+
+
+def _loss_warnings(rows: list[dict[str, str]]) -> list[str]:
+  """A warning if a round's training loss was non-finite or exploding."""
+  bad = [int(r['key']) for r in rows if r.get(_LOSS_COLUMN)
+         and not float(r[_LOSS_COLUMN]) <= _DIVERGING_LOSS]
+  if not bad:
+    return []
+  return [f'training loss non-finite or above {_DIVERGING_LOSS:g} in rounds '
+          f'{bad[:10]}{"..." if len(bad) > 10 else ""}: clients diverge; '
+          'lower --client_lr.']
 
 
 def _should_evaluate(config: TrainingConfig, round_num: int) -> bool:
@@ -281,21 +510,147 @@ def _set_client_learning_rate(process, state, learning_rate: float):
   return process.set_hparams(state, hparams)
 
 
+class _StopOnSignal:
+  """Turns SIGINT and SIGTERM into a stop once the current round is saved.
+
+  The first signal logs one line and sets `signum`; the loop stops after its
+  next checkpoint. A second signal stops at once (`StopRequested`); the saved
+  rounds are intact either way (checkpoint writes are atomic). Outside the
+  main thread signals cannot be caught and nothing is installed.
+  """
+
+  _SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+  def __init__(self, describe: Callable[[], str]):
+    self._describe = describe
+    self._previous = {}
+    self.signum = None
+
+  def __enter__(self) -> '_StopOnSignal':
+    if threading.current_thread() is threading.main_thread():
+      self._previous = {s: signal.signal(s, self._handle)
+                        for s in self._SIGNALS}
+    return self
+
+  def __exit__(self, *unused) -> None:
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+
+  def _handle(self, signum, unused_frame) -> None:
+    if self.signum is not None:
+      raise StopRequested(signum)
+    self.signum = signum
+    logging.warning('%s: %s', signal.Signals(signum).name, self._describe())
+
+
+async def _load_or_save_initial(process, state_manager, state):
+  """(state, round) of the newest intact checkpoint, or saves round 0's."""
+  saved, version = await state_manager.load_latest((state, 0))
+  if saved is None:
+    await state_manager.save((state, 0), version=0)
+    return state, 0
+  state, start_round = saved
+  logging.info('Resuming from the checkpoint of round %d.', version)
+  adopt_state = getattr(process, 'adopt_state', None)
+  if adopt_state is not None:  # FedCDA: a warm-up state of another K.
+    state = adopt_state(state)
+  return state, int(start_round)
+
+
+def _check_finite(config: TrainingConfig, round_num: int, weights,
+                  train_loss, test) -> None:
+  if not _all_finite((weights, train_loss, test)):
+    raise TrainingDivergedError(
+        f'Round {round_num} produced a non-finite model, training loss or '
+        f'test metric (training loss {train_loss}, test '
+        f'{dict(test or {})}). The state of round {round_num - 1} is kept in '
+        f'{config.output_dir}; lower the learning rates (--client_lr, '
+        '--server_lr) or check the data, and start over (--overwrite, or '
+        'the same command if no round was completed yet).'
+    )
+
+
+def _check_contributed(config: TrainingConfig, round_num: int,
+                       dropped: Optional[dict[str, int]],
+                       cohort_size: int, empty_streak: int) -> int:
+  """The new count of consecutive empty rounds; raises at the limit."""
+  if dropped is None or dropped[NUM_DROPPED_CLIENTS] < cohort_size:
+    return 0
+  empty_streak += 1
+  if dropped[NUM_NON_FINITE_CLIENTS]:
+    cause = (f'{dropped[NUM_NON_FINITE_CLIENTS]} of {cohort_size} updates '
+             'were non-finite (client training diverged): lower --client_lr '
+             f'(now {config.client_lr})')
+  else:
+    cause = (f'the {cohort_size} sampled clients hold no examples: raise '
+             '--alpha or lower --num_clients')
+  message = f'Round {round_num}: no client contributed; {cause}.'
+  if config.max_empty_rounds and empty_streak >= config.max_empty_rounds:
+    raise NoClientContributedError(
+        f'{message} Stopped after {empty_streak} such round(s) in a row '
+        '(--max_empty_rounds raises the limit); the state of round '
+        f'{round_num - 1} is kept in {config.output_dir}.'
+    )
+  logging.warning('%s The model is unchanged.', message)
+  return empty_streak
+
+
+def _log_round(config, round_num, released, train_loss, round_seconds):
+  accuracy = released.get('test', {}).get(config.accuracy_metric)
+  examples = _find(released['train'], 'num_examples')
+  if examples is not None and not examples:
+    train_loss = None  # No client's loss counted (all dropped).
+  logging.info(
+      'round %4d/%d  train loss %s  test accuracy %s  dropped %s  %.2f s',
+      round_num,
+      config.rounds,
+      f'{train_loss:.4f}' if train_loss is not None else '-',
+      f'{accuracy:.4f}' if accuracy is not None else '-',
+      released.get('clients', {}).get(NUM_DROPPED_CLIENTS, '-'),
+      round_seconds,
+  )
+
+
+def _run_round(process, state, sampler, cohort_fn, evaluator, config,
+               round_num):
+  """Runs one round; returns (output, the values to release, train loss)."""
+  started = time.monotonic()
+  if config.schedules_client_lr:
+    learning_rate = config.client_lr * config.client_lr_decay ** (
+        round_num - 1
+    )
+    state = _set_client_learning_rate(process, state, learning_rate)
+  output = process.next(state, cohort_fn(round_num))
+  released = collections.OrderedDict(
+      round_seconds=time.monotonic() - started, train=output.metrics
+  )
+  dropped = dropped_clients(output.metrics, config.clients_per_round,
+                            sampler.num_empty_clients(round_num))
+  if dropped is not None:
+    released['clients'] = dropped
+  if config.schedules_client_lr:
+    released['client_lr'] = learning_rate
+  if evaluator is not None and _should_evaluate(config, round_num):
+    released['test'] = evaluator(process.get_model_weights(output.state))
+  train_loss = (
+      output.metrics.get('client_work', {}).get('train', {}).get('loss')
+  )
+  return output, released, train_loss
+
+
 async def _train(
     process: tff.learning.templates.LearningProcess,
     sampler: ClientSampler,
     evaluator: Optional[CentralEvaluator],
     initial_weights: tff.learning.models.ModelWeights,
     config: TrainingConfig,
-) -> None:
-  """The loop; see `train`."""
+) -> Optional[int]:
+  """The loop (see `train`); returns the signal that stopped it, if any."""
   state = process.set_model_weights(process.initialize(), initial_weights)
   if config.schedules_client_lr:  # Fails now, not after the first round.
     _set_client_learning_rate(process, state, config.client_lr)
-  state_manager = tff.program.FileProgramStateManager(
-      os.path.join(config.output_dir, CHECKPOINT_DIR),
-      prefix=run_files.CHECKPOINT_PREFIX,
-      keep_total=2,
+  state_manager = CheckpointManager(
+      os.path.join(config.output_dir, CHECKPOINT_DIR), config.keep_checkpoints
   )
   metrics_manager = tff.program.GroupingReleaseManager([
       tff.program.CSVFileReleaseManager(
@@ -305,70 +660,45 @@ async def _train(
           os.path.join(config.output_dir, TENSORBOARD_DIR)
       ),
   ])
-  saved, version = await state_manager.load_latest((state, 0))
-  if saved is None:
-    start_round = 0
-    await state_manager.save((state, start_round), version=start_round)
-  else:
-    state, start_round = saved
-    start_round = int(start_round)
-    logging.info('Resuming from the checkpoint of round %d.', version)
-    adopt_state = getattr(process, 'adopt_state', None)
-    if adopt_state is not None:  # FedCDA: a warm-up state of another K.
-      state = adopt_state(state)
-
+  state, start_round = await _load_or_save_initial(
+      process, state_manager, state)
+  if start_round == config.rounds:
+    logging.info('%s holds the finished run of %d rounds: nothing to train.',
+                 config.output_dir, start_round)
+    return None
+  if start_round > config.rounds:
+    logging.warning(
+        '%s already holds %d rounds, more than --rounds=%d: nothing to '
+        'train. For a shorter run, use another --output_dir or --overwrite.',
+        config.output_dir, start_round, config.rounds)
+    return None
   cohort_fn = (
       sampler.identified_cohort
       if identified.expects_client_ids(process)
       else sampler.cohort
   )
-  for round_num in range(start_round + 1, config.rounds + 1):
-    started = time.monotonic()
-    if config.schedules_client_lr:
-      learning_rate = config.client_lr * config.client_lr_decay ** (
-          round_num - 1
-      )
-      state = _set_client_learning_rate(process, state, learning_rate)
-    output = process.next(state, cohort_fn(round_num))
-    round_seconds = time.monotonic() - started
-    weights = process.get_model_weights(output.state)
-    train_loss = (
-        output.metrics.get('client_work', {}).get('train', {}).get('loss')
-    )
-    released = collections.OrderedDict(
-        round_seconds=round_seconds, train=output.metrics
-    )
-    if config.schedules_client_lr:
-      released['client_lr'] = learning_rate
-    if evaluator is not None and _should_evaluate(config, round_num):
-      released['test'] = evaluator(weights)
-    if not _all_finite((weights, train_loss, released.get('test'))):
-      raise TrainingDivergedError(
-          f'Round {round_num} produced a non-finite model, training loss or '
-          f'test metric (training loss {train_loss}, test '
-          f'{dict(released.get("test", {}))}). The state of round '
-          f'{round_num - 1} is kept in {config.output_dir}; lower the learning '
-          'rates (--client_lr, --server_lr) or check the data, then restart.'
-      )
-    if output.metrics.get('finalizer', {}).get('update_non_finite'):
-      logging.warning(
-          'Round %d: the aggregated update was not finite and was not '
-          'applied (the model is unchanged).', round_num
-      )
-    state = output.state
-    # Metrics first: a kill before the save re-runs this round, whose release
-    # then replaces the row; the reverse order would lose the row.
-    await metrics_manager.release(released, key=round_num)
-    await state_manager.save((state, round_num), version=round_num)
-    accuracy = released.get('test', {}).get(config.accuracy_metric)
-    logging.info(
-        'round %4d/%d  train loss %s  test accuracy %s  %.2f s',
-        round_num,
-        config.rounds,
-        f'{train_loss:.4f}' if train_loss is not None else '-',
-        f'{accuracy:.4f}' if accuracy is not None else '-',
-        round_seconds,
-    )
+  empty_streak = 0
+  round_num = start_round
+  with _StopOnSignal(lambda: f'stopping once round {round_num} is saved; '
+                     'rerun the same command to resume.') as stop:
+    for round_num in range(start_round + 1, config.rounds + 1):
+      output, released, train_loss = _run_round(
+          process, state, sampler, cohort_fn, evaluator, config, round_num)
+      _check_finite(config, round_num, process.get_model_weights(
+          output.state), train_loss, released.get('test'))
+      empty_streak = _check_contributed(
+          config, round_num, released.get('clients'),
+          config.clients_per_round, empty_streak)
+      state = output.state
+      # Metrics first: a kill before the save re-runs this round, whose
+      # release then replaces the row; the reverse order would lose the row.
+      await metrics_manager.release(released, key=round_num)
+      await state_manager.save((state, round_num), version=round_num)
+      _log_round(config, round_num, released, train_loss,
+                 released['round_seconds'])
+      if stop.signum is not None:
+        return stop.signum
+  return None
 
 
 def train(
@@ -403,8 +733,11 @@ def train(
     eval_data = task.datasets.get_centralized_test_data()
   evaluator = CentralEvaluator(task.model_fn, eval_data)
   initial_weights = initial_model_weights(task.model_fn, config.seed)
-  asyncio.run(_train(process, sampler, evaluator, initial_weights, config))
+  stopped_by = asyncio.run(
+      _train(process, sampler, evaluator, initial_weights, config))
   summary = _summarise(config)
+  for warning in summary['warnings']:
+    logging.warning('%s', warning)
   write_json(os.path.join(config.output_dir, SUMMARY_JSON), summary)
   rounds, accuracies = accuracy_curve(
       read_metrics(config.output_dir), config.accuracy_metric
@@ -413,4 +746,6 @@ def train(
       {label: (rounds, accuracies)},
       os.path.join(config.output_dir, ACCURACY_PNG),
   )
+  if stopped_by is not None:
+    raise StopRequested(stopped_by)
   return summary
