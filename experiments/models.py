@@ -1,10 +1,10 @@
 """Keras models for the FedLAW, FedLWS, FedCDA, FedGLAD and FedSA experiments.
 
-The layouts follow the papers' PyTorch models (specs in /work/shared/specs),
-with channels-last inputs. Every builder returns an uncompiled
-`tf.keras.Model` that outputs logits and shares these conventions:
+The layouts follow the papers' PyTorch models (the authors' code where a
+paper is silent), with channels-last inputs. Every builder returns an
+uncompiled `tf.keras.Model` that outputs logits and shares these conventions:
 
-*   Initialisation as PyTorch's default (fedlaw.md §6.4): kernels and biases
+*   PyTorch's default initialisation (the authors' code): kernels and biases
     are U(-1/sqrt(fan_in), 1/sqrt(fan_in)), with fan_in = kh * kw * in_channels
     for convolutions. Normalisation layers start at gamma = 1, beta = 0. With a
     `seed`, every initializer gets its own seed derived from it, so equal seeds
@@ -136,7 +136,7 @@ def create_mlp(
     weight_decay: float = 0.0,
     seed: Optional[int] = None,
 ) -> tf.keras.Model:
-  """MLP in-200-200-classes with ReLU (FedLAW §6.5; FedLWS App. B.6).
+  """MLP in-200-200-classes with ReLU (FedLAW App. D.3; FedLWS App. B.6).
 
   199,210 parameters on Fashion-MNIST (FedLAW); 656,810 on CIFAR-10
   (FedLWS' 3072-200-200-10).
@@ -156,7 +156,7 @@ def create_lenet(
     weight_decay: float = 0.0,
     seed: Optional[int] = None,
 ) -> tf.keras.Model:
-  """FedLAW's `LeNet5` for Fashion-MNIST (FedLAW §6.5; not classic LeNet-5).
+  """FedLAW's `LeNet5` for Fashion-MNIST (authors' code; not classic LeNet-5).
 
   Conv 5x5/16 'same' + ReLU + MaxPool 2, Conv 5x5/32 'same' + ReLU + MaxPool 2,
   Dense classes; no hidden dense layer. 28,938 parameters on 28x28x1.
@@ -178,12 +178,12 @@ def create_simple_cnn(
     weight_decay: float = 0.0,
     seed: Optional[int] = None,
 ) -> tf.keras.Model:
-  """SimpleCNN, the "CNN" of FedLAW §6.5 and FedLWS §6.6 (`CNNCifar10`).
+  """SimpleCNN, the "CNN" of FedLAW App. D.3 and FedLWS App. C.5 (`CNNCifar10`).
 
   Conv 3x3/32, MaxPool 2, Conv 3x3/64, MaxPool 2, Conv 3x3/64 (all 'valid',
   ReLU), Dense 64 + ReLU, Dense classes. Both papers use it for CIFAR-10/100:
   122,570 parameters for 32x32x3 and 10 classes. On 28x28x1 it is FedLWS'
-  Fashion-MNIST "simple CNN" as fedlws.md §6.6 resolves it (93,322 params).
+  Fashion-MNIST "simple CNN" in our reading of App. C.5 (93,322 params).
   """
   f = _LayerFactory(weight_decay, seed)
   inputs = tf.keras.Input(shape=tuple(input_shape))
@@ -208,7 +208,7 @@ def create_dropout_cnn(
 
   Conv 3x3/32, Conv 3x3/64 ('valid', ReLU), MaxPool 2, Dropout 0.25, Dense
   128 + ReLU, Dropout 0.5, Dense classes (logits): 1,199,882 parameters on
-  28x28x1 (fedglad.md §6.1; TFF's `create_conv_dropout_model` has the same
+  28x28x1 (FedGLAD Section 4.1; TFF's `create_conv_dropout_model` has the same
   layers with Glorot init and a softmax output; here PyTorch's init, as
   FedGLAD's code).
   """
@@ -235,7 +235,8 @@ def create_fedavg_cnn(
 
   Conv 5x5/32, MaxPool 2, Conv 5x5/64, MaxPool 2 (convs 'same' + ReLU),
   Dense 512 + ReLU, Dense classes. 1,663,370 parameters on 28x28x1
-  (fedcda.md §6 chooses 'same' padding to match that count).
+  (McMahan et al.'s count; FedCDA's Section 6.1 names no padding, and only
+  'same' gives it).
   """
   f = _LayerFactory(weight_decay, seed)
   inputs = tf.keras.Input(shape=tuple(input_shape))
@@ -328,7 +329,7 @@ def create_resnet20(
     seed: Optional[int] = None,
     norm_groups: int = 2,
 ) -> tf.keras.Model:
-  """CIFAR ResNet-20 of FedLAW §6.5 and FedLWS §6.6, GroupNorm for BN.
+  """CIFAR ResNet-20 of FedLAW App. D.3 and FedLWS App. C.5, GroupNorm for BN.
 
   3x3/16 stem, 3 stages x 3 basic blocks (16/32/64). 272,474 parameters for
   10 classes (GN has BN's trainable gamma/beta).

@@ -22,7 +22,7 @@ def dirichlet(
 ) -> list[np.ndarray]:
   """Per-class Dirichlet(alpha) proportions over clients (FedLAW, FedLWS).
 
-  The exact procedure of spec `fedlaw.md` section 6.2 (FedLAW's and FedLWS's
+  The exact procedure of the authors' code (FedLAW App. D.2, FedLWS App. C.3;
   `build_non_iid_by_dirichlet_new`), with `RandomState(seed)`:
   1. group the indices by class (dataset order), shuffle each class's list;
   2. draw Q ~ Dirichlet(alpha * 1_n) per class, shape (C, n);
@@ -76,8 +76,8 @@ def label_skew(
 ) -> list[np.ndarray]:
   """Equal-size clients with Dirichlet(alpha * p) label mixes (FedGLAD).
 
-  The procedure of spec `fedglad.md` section 6.2 (FedGLAD's App. G, after
-  FedNLP's label-skew partition `niid_label.py`), with `RandomState(seed)`:
+  The procedure of FedGLAD's App. G (after FedNLP's label-skew partition
+  `niid_label.py`), with `RandomState(seed)`:
   1. group the indices by class (dataset order), shuffle each class's list;
      p is the data set's class distribution;
   2. every client gets floor(N / n) examples; the last takes what is left;
@@ -86,7 +86,7 @@ def label_skew(
      the room left, and the last class takes the room left;
   4. a class that has run out gives what it has, and the shortfall is filled
      from the classes that still have examples, in proportion to what they
-     have left (largest remainders): the spec's "dynamic reassigning".
+     have left (largest remainders): App. G's "dynamic reassigning".
   A client's indices are in class order (its data is shuffled when batched).
   FedNLP's code reassigns differently in detail: it fills a class's
   shortfall as soon as that class runs out (before later classes take their
@@ -164,7 +164,7 @@ def iid(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
 def shards(
     labels: np.ndarray, num_clients: int, shards_per_client: int, seed: int
 ) -> list[np.ndarray]:
-  """Label shards (McMahan et al. 2017; FedCDA, spec `fedcda.md` section 6).
+  """Label shards (McMahan et al. 2017; FedCDA Section 6.1).
 
   Sorts the examples by label (stable), cuts them into
   `num_clients * shards_per_client` equal shards and gives each client

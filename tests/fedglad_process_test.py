@@ -18,7 +18,7 @@ def setUpModule():
 
 
 def _server_step(kind, history, multipliers, weights0, lr, momentum):
-  """The server model after `history` (mean updates) under spec 2.5."""
+  """The server model after `history` (mean updates), paper Section 3.4."""
   if kind == 'adam':
     w, _, _ = numpy_references.glad_adaptive(
         weights0, history, multipliers, kind='adam', lr=lr, beta_1=0.9,

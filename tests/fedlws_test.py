@@ -212,7 +212,7 @@ class LayerGroupsTest(parameterized.TestCase):
 
   @parameterized.parameters(('simple_cnn', 5), ('mlp', 3), ('resnet20', 22))
   def test_model_zoo_groups(self, name, expected):
-    # Spec 2.3: SimpleCNN 5 groups (kernel + bias), ResNet20 22 groups
+    # FedLWS's code: SimpleCNN 5 groups (kernel + bias), ResNet20 22 groups
     # (conv kernel + the following normalization's gamma and beta).
     model = models.create_model(
         name, input_shape=(32, 32, 3), num_classes=10, weight_decay=0.0,

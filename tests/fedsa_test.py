@@ -1,4 +1,4 @@
-"""FedSA (spec fedsa.md 2.6-2.9) against its test vectors and NumPy."""
+"""FedSA (Eqs. 2-15, Steps 1-3) against hand-checked vectors and NumPy."""
 
 import collections
 
@@ -16,7 +16,7 @@ from tff_aggregators.finalizers import fedsa
 
 _SIM = np.array([[1, .9, .5, .1, .3], [.9, 1, .4, .2, .1], [.5, .4, 1, 0, 0],
                  [.1, .2, 0, 1, .8], [.3, .1, 0, .8, 1]], np.float32)
-# Spec 2.9's hand-checkable vector.
+# A hand-checkable vector.
 _X = np.array([[1.00, 0.50, 0.01, 0.10, -0.20, 0.02],
                [1.02, 0.52, -0.02, 0.30, -0.21, 0.00],
                [0.98, 0.49, 0.03, 0.12, -0.19, -0.01],
@@ -212,7 +212,7 @@ class BuildFedSaProcessTest(absltest.TestCase):
     np.testing.assert_array_equal(empty.result.trainable[0], np.ones(4))
 
   def test_high_fraction_overall_weights_tensors_by_size(self):
-    # Tensor 0 is the spec's hand vector (2 of 6 coordinates high); tensor 1
+    # Tensor 0 is the hand vector _X (2 of 6 coordinates high); tensor 1
     # is the same on every client (none high): 2 of all 8 coordinates, not
     # the mean of the tensors' fractions (1/6).
     weights_type = tff.types.to_type(tff.learning.models.ModelWeights(

@@ -87,27 +87,27 @@ def _resnet(bottleneck, blocks, widths, stem_kernel, num_classes):
   return n + _dense(c, num_classes)
 
 
-# Figures stated in the specs; formulas where a spec gives none.
+# Parameter counts with their source; formulas where no source states one.
 _EXPECTED_PARAMS = {
-    'mlp_fmnist': 199_210,  # fedlaw.md §6.5
+    'mlp_fmnist': 199_210,  # FedLAW App. D.3
     'mlp_cifar10': _dense(3072, 200) + _dense(200, 200) + _dense(200, 10),
     'lenet_fmnist': (
         _conv(5, 1, 16) + _conv(5, 16, 32) + _dense(32 * 7 * 7, 10)
     ),
-    'simple_cnn_cifar10': 122_570,  # fedlws.md §6.6
+    'simple_cnn_cifar10': 122_570,  # FedLWS App. C.5
     'simple_cnn_cifar100': (
         _conv(3, 3, 32) + _conv(3, 32, 64) + _conv(3, 64, 64)
         + _dense(1024, 64) + _dense(64, 100)
     ),
-    'simple_cnn_fmnist': 93_322,  # fedlws.md §6.6
-    'fedavg_cnn_fmnist': 1_663_370,  # fedcda.md §6
+    'simple_cnn_fmnist': 93_322,  # FedLWS App. C.5's CNN on 28x28x1
+    'fedavg_cnn_fmnist': 1_663_370,  # McMahan et al. 2017 (FedCDA Sec. 6.1)
     'dropout_cnn_fmnist': 1_199_882,  # TFF's create_conv_dropout_model
-    'resnet20_cifar10': 272_474,  # fedlws.md §6.6
+    'resnet20_cifar10': 272_474,  # FedLWS App. C.5, the authors' code
     'resnet56_bottleneck_cifar10': _resnet(
         True, (6, 6, 6), (16, 32, 64), 3, 10
     ),
-    'resnet18_cifar10': 11_173_962,  # fedcda.md §6
-    'resnet18_cifar100': 11_220_132,  # fedcda.md §6
+    'resnet18_cifar10': 11_173_962,  # CIFAR ResNet-18 (FedCDA Sec. 6.1)
+    'resnet18_cifar100': 11_220_132,  # CIFAR ResNet-18 (FedCDA Sec. 6.1)
     'resnet18_torchvision_cifar10': _resnet(
         False, (2, 2, 2, 2), (64, 128, 256, 512), 7, 10
     ),

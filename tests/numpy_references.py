@@ -1,6 +1,6 @@
-"""Independent NumPy implementations of the specs' server rules (float64).
+"""Independent NumPy implementations of the methods' server rules (float64).
 
-Each function follows the equations of `../shared/specs/<method>.md` directly,
+Each function follows its paper's equations (docs/methods/) directly,
 without TFF, so the tests can check the TFF building blocks against them.
 """
 
@@ -10,7 +10,7 @@ import numpy as np
 
 
 def fedglad(rounds, *, gamma, beta, grouping, eps=1e-12):
-  """Spec 2.3 in float64: rounds of (client updates, weights) -> outputs."""
+  """FedGLAD Eqs. 9-15 in float64: rounds of (updates, weights) -> outputs."""
   baseline, outputs = None, []
   for t, (updates, weights) in enumerate(rounds):
     a = np.asarray(weights, np.float64) / np.sum(weights)
@@ -44,7 +44,7 @@ def fedglad(rounds, *, gamma, beta, grouping, eps=1e-12):
 
 def glad_adaptive(weights, updates, multipliers, *, kind, lr,
                             beta_1, beta_2, epsilon, initial_v=0.0):
-  """Spec 2.5 in float64: m from s * g, v from the unscaled g."""
+  """FedGLAD App. E in float64: m from s * g, v from the unscaled g."""
   w = [np.asarray(x, np.float64) for x in weights]
   m = [np.zeros_like(x) for x in w]
   v = [np.full_like(x, initial_v) for x in w]
@@ -62,7 +62,7 @@ def glad_adaptive(weights, updates, multipliers, *, kind, lr,
 
 
 def fedlws_tau(updates, valid=None, groups=None, mode='exact'):
-  """Spec fedlws.md Eq. 4: mean over valid clients of ||g_kl - gbar_l||."""
+  """FedLWS Eqs. 4/8: mean over valid clients of ||g_kl - gbar_l||."""
   k_all = range(len(updates))
   keep = [k for k in k_all if valid is None or valid[k]]
   if not keep:
@@ -86,7 +86,7 @@ def fedlws_tau(updates, valid=None, groups=None, mode='exact'):
 
 def fedlws_round(weights, deltas, client_weights, groups, *, beta,
                  tau_clip=None, server_lr=1.0):
-  """One FedLWS round (spec 2.4) on TFF deltas (w - w_k); returns dict."""
+  """One FedLWS round (Eqs. 8-9) on TFF deltas (w - w_k); returns dict."""
   w = [np.asarray(x, np.float64) for x in weights]
   lam = np.asarray(client_weights, np.float64)
   lam = lam / lam.sum()
@@ -124,7 +124,7 @@ def _linear_proxy_loss_and_grad(w, x, y):
 
 def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
                   learn_lambda=True, swa=False):
-  """FedLAW's search (spec 2.4, 4.3) for the 3->2 linear softmax model.
+  """FedLAW's search (Eq. 9; SWA, Sec. 6.1) for the 3->2 linear softmax model.
 
   Chain rule through lambda = softmax(x_l) (Jacobian diag(l) - l l^T) and
   gamma = exp(x_g); PyTorch Adam (0.5, 0.999, 1e-8); StepLR(20, 0.5), or the
@@ -187,7 +187,7 @@ def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
 
 
 def greedy_mac(sim, max_clusters, sim_threshold, frozen=False):
-  """GREEDY_MAC of spec fedsa.md 2.6: clusters as member lists (join order)."""
+  """GREEDY_MAC (FedSA Steps 1-3): clusters as member lists (join order)."""
   k = len(sim)
   free = list(range(k))
   clusters = []
@@ -265,7 +265,7 @@ def fedsa(tensors, weights=None, *, cv_t=0.2, sim_t=0.2, c=4, s=4,
           literal=False, mic='per_coordinate_minmax', mic_scale=4.0,
           epsilon_policy=False, weighted=False, frozen=False,
           global_scope=False, dtype=np.float64):
-  """Spec fedsa.md 2.9 (and its section 3 flags) on client models.
+  """FedSA's Algorithm 1 (Eqs. 2-15) on client models, with its options.
 
   tensors[j] is [K, M_j]; returns the aggregated tensors. `dtype=np.float32`
   mirrors float32 rounding where a category boundary is hit exactly.
@@ -313,11 +313,11 @@ def fedsa_tensor(x, **options):
 
 
 class FedCdaServer:
-  """Spec fedcda.md 2.4 with the objective of eq. 5 evaluated directly.
+  """FedCDA's Algorithm 1 with the objective of eq. 5 evaluated directly.
 
   `step` takes the participants (in id order) and returns the new global
   model; caches are per-client lists of (model, loss, round), newest last, at
-  most K long. The spec 4.3 switches: `selection` ('approx', 'newest',
+  most K long. Switches mirroring the script: `selection` ('approx', 'newest',
   'random' with `random_ranks(t, counts)` giving each participant's rank),
   `divergence` ('squared_l2', 'tensorwise_norm' over tensors of
   `leaf_sizes`), `later_batches`, `warmup_aggregation`, `batch_param`.

@@ -12,7 +12,7 @@ def _labels(num_examples=1000, num_classes=10, seed=0):
 
 
 def _reference_dirichlet(labels, n, alpha, seed, num_classes):
-  """Spec fedlaw.md 6.2 written out with plain Python lists."""
+  """FedLAW's Dirichlet partition written out with plain Python lists."""
   rng = np.random.RandomState(seed)
   by_class = []
   for j in range(num_classes):
@@ -44,7 +44,7 @@ def _reference_dirichlet(labels, n, alpha, seed, num_classes):
 
 
 def _reference_label_skew(labels, n, alpha, seed, num_classes):
-  """Spec fedglad.md 6.2 written out with plain Python lists."""
+  """FedGLAD's App. G partition written out with plain Python lists."""
   rng = np.random.RandomState(seed)
   pools = []
   for j in range(num_classes):
