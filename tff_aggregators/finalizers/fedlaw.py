@@ -177,7 +177,9 @@ def build_fedlaw_finalizer(
   Returns:
     A `FinalizerProcess`. State: the round number. Measurements: `gamma`,
     `lambda` (float32 [max_clients], zero-padded), `num_clients`,
-    `proxy_loss_before`, `proxy_loss_after`, `fallback`.
+    `proxy_loss_before`, `proxy_loss_after`, `fallback`,
+    `update_non_finite` (1: a non-finite result was rejected, the model kept)
+    and `num_dropped_clients` (collected clients that were not valid).
   """
   if variant not in VARIANTS:
     raise ValueError(f'variant must be one of {VARIANTS}, got {variant!r}.')
@@ -365,7 +367,8 @@ def build_fedlaw_finalizer(
     new, gamma, lam, before, after, fallback = tf.cond(
         num_kept > 0, with_clients, without_clients
     )
-    new_weights = collect.unflatten(new, trainable_type)
+    finite = tf.reduce_all(tf.math.is_finite(new))  # Else keep the model.
+    new_weights = collect.unflatten(tf.where(finite, new, w), trainable_type)
     # Each valid client's lambda at its row of the collected cohort.
     positions = tf.boolean_mask(tf.range(tf.shape(valid)[0]), valid)
     lambda_padded = tf.scatter_nd(
@@ -378,6 +381,8 @@ def build_fedlaw_finalizer(
         proxy_loss_before=before,
         proxy_loss_after=after,
         fallback=fallback,
+        update_non_finite=1 - tf.cast(finite, tf.int32),
+        num_dropped_clients=tf.shape(valid)[0] - num_kept,
     )
     return round_num + 1, new_weights, measurements
 

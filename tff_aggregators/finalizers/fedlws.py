@@ -15,10 +15,12 @@ other server optimizer d = w_hat - w is the optimizer's step (spec 3,
 
 Guards (spec section 5): gamma_l = 1 when ||w_l|| = 0 (a zero-initialised
 group would otherwise stay zero for ever), when the denominator is <= 1e-12,
-when no client was valid, or when anything is non-finite. A non-finite step
-is rejected (weights and optimizer state unchanged) as TFF's own finalizer
-does. Only trainable weights are shrunk; non-trainable ones are left as they
-are (TFF's client work does not aggregate them).
+when no client was valid, or when anything is non-finite. A non-finite step,
+or one whose norms overflow float32 (which would make gamma 0 and zero the
+model), is rejected (weights and optimizer state unchanged, counted in
+`update_non_finite`) as TFF's own finalizer does. Only trainable weights
+are shrunk; non-trainable ones are left as they are (TFF's client work does
+not aggregate them).
 """
 
 import collections
@@ -263,10 +265,10 @@ def build_fedlws_finalizer(
     for l, group in enumerate(groups):
       for i in group:
         shrunk[i] = new[i] * tf.cast(gamma[l], new[i].dtype)
-    finite = tf.reduce_all(
-        [tf.reduce_all(tf.math.is_finite(x)) for x in shrunk]
-        + [tf.reduce_all(tf.math.is_finite(x))
-           for x in tf.nest.flatten(stats['mean_update'])]
+    # An overflowing step (inf norms: gamma 0) is rejected like a NaN one.
+    finite = server_step.all_finite(
+        shrunk, new, weight_norms, step_norms, stats['mean_update'],
+        optimizer_state,
     )
     shrunk = tf.nest.pack_sequence_as(weights, shrunk)
     new_state = collections.OrderedDict(

@@ -336,7 +336,9 @@ def build_fedsa_finalizer(
     A `FinalizerProcess` with empty state. Measurements: `num_clients`,
     `high_fraction_overall` (the share of all trainable coordinates with
     high dispersion), and per trainable tensor `high_fraction` (M_h / M),
-    `clusters` and `unclustered` (vectors over the tensors).
+    `clusters` and `unclustered` (vectors over the tensors),
+    `update_non_finite` (1: a non-finite result was rejected, the model
+    kept) and `num_dropped_clients` (collected clients that were not valid).
 
   Raises:
     ValueError: On an unknown option or value.
@@ -378,7 +380,8 @@ def build_fedsa_finalizer(
 
   def step(state, weights, collected):
     w = collect.flatten(weights)
-    models, client_weights, _ = on_collected.valid_client_models(w, collected)
+    models, client_weights, valid = on_collected.valid_client_models(
+        w, collected)
     # A canonical client order, so that ties resolve the same whatever
     # order the clients arrive in (several TFF workers).
     projection = tf.random.stateless_uniform(tf.shape(w), seed=[0, 0])
@@ -399,6 +402,8 @@ def build_fedsa_finalizer(
                      unclustered=tf.zeros([n], tf.int32))
 
     new, diagnostics = tf.cond(num_clients > 0, aggregate, keep)
+    finite = tf.reduce_all(tf.math.is_finite(new))  # Else keep the model.
+    new = tf.where(finite, new, w)
     high_coordinates = tf.reduce_sum(
         diagnostics['high_fraction'] * tf.constant(sizes, tf.float32))
     measurements = collections.OrderedDict(
@@ -407,6 +412,8 @@ def build_fedsa_finalizer(
         high_fraction=diagnostics['high_fraction'],
         clusters=diagnostics['clusters'],
         unclustered=diagnostics['unclustered'],
+        update_non_finite=1 - tf.cast(finite, tf.int32),
+        num_dropped_clients=tf.shape(valid)[0] - num_clients,
     )
     return state, collect.unflatten(new, trainable_type), measurements
 

@@ -125,9 +125,8 @@ def build_glad_adaptive_finalizer(
       new_weights.append(w)
       new_m.append(m)
       new_v.append(v)
-    finite = tf.reduce_all(
-        [tf.reduce_all(tf.math.is_finite(x)) for x in new_weights + gradients]
-    )
+    # The moments too: an overflowing v (inf) would freeze the model.
+    finite = server_step.all_finite(new_weights, gradients, new_m, new_v)
     new_state = collections.OrderedDict(state)
     new_state['step'] = n
     new_state['accumulator'] = tf.nest.pack_sequence_as(

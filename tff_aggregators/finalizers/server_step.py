@@ -26,6 +26,14 @@ def check_model_weights_type(model_weights_type: Any) -> None:
     )
 
 
+def all_finite(*structures: Any) -> tf.Tensor:
+  """Whether every floating-point tensor in `structures` is finite."""
+  checks = [tf.reduce_all(tf.math.is_finite(x))
+            for x in tf.nest.flatten(structures)
+            if tf.is_tensor(x) and x.dtype.is_floating]
+  return tf.reduce_all(checks) if checks else tf.constant(True)
+
+
 def keep_unless(finite: tf.Tensor, new: Any, old: Any) -> Any:
   """`new` where `finite` holds, else `old` (leafwise; rejects a bad step)."""
   return tf.nest.map_structure(lambda a, b: tf.where(finite, a, b), new, old)
