@@ -229,7 +229,7 @@ def _fedlaw(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   return tff_aggregators.build_fedlaw_process(
       inputs.model_fn,
       inputs.client_optimizer_fn,
-      inputs.proxy_data,
+      proxy_data=inputs.proxy_data,
       max_clients=inputs.clients_per_round,
       variant=variant,
       server_epochs=FEDLAW_SERVER_EPOCHS.value,

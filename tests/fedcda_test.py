@@ -53,7 +53,7 @@ class FedCdaTest(parameterized.TestCase):
       ('k3_b2', 3, 2, 1, {}),
       ('b1_exhaustive', 3, 1, 0, {}),
       ('k2_b4', 2, 4, 2, {}),
-      # The script's switches (spec 4.3).
+      # The script's switches (docs/methods/fedcda.md).
       ('later_included', 3, 2, 1,
        dict(later_batches='included_at_previous_selection')),
       ('tensorwise_norm', 3, 2, 1, dict(divergence='tensorwise_norm')),
@@ -205,7 +205,7 @@ class FedCdaTest(parameterized.TestCase):
   def test_refuses_a_history_above_the_bound(self):
     with self.assertRaisesRegex(ValueError, r'MiB of history.*max_state_bytes'):
       algorithms.build_fedcda_process(
-          test_utils.tiny_model_fn, _OPTIMIZER, num_clients=10**8,
+          test_utils.tiny_model_fn, _OPTIMIZER, num_clients=10**7,
           max_clients=4)
 
   @parameterized.named_parameters(('last_epoch', 3), ('all_steps', None))
@@ -252,7 +252,7 @@ class FedCdaTest(parameterized.TestCase):
       algorithms.build_fedcda_process(
           test_utils.tiny_model_fn, _OPTIMIZER, num_clients=40,
           max_clients=40, num_batches=1, memory_size=3)
-    with self.assertRaisesRegex(ValueError, 'integers in'):
+    with self.assertRaisesRegex(ValueError, 'outside the population'):
       identified.with_client_ids([tf.data.Dataset.range(1)], [-1])
 
 

@@ -1,4 +1,4 @@
-"""FedGladFactory against a NumPy implementation of spec fedglad.md 2.3."""
+"""FedGladFactory against a NumPy implementation of FedGLAD's Eqs. 9-15."""
 
 import math
 
@@ -75,7 +75,7 @@ class FedGladFactoryTest(parameterized.TestCase):
     self.assertGreater(len(multipliers), 2)  # The rule did act.
 
   def test_hand_trace_of_the_spec(self):
-    # Spec 8.5: universal GSIs 2.0, 3.0, 1.5 with gamma 0.02, beta 0.9.
+    # Eqs. 12-15 by hand: universal GSIs 2.0, 3.0, 1.5, gamma 0.02, beta 0.9.
     process = fedglad.FedGladFactory(grouping='universal').create(
         [tff.TensorType(np.float32, [2])], _WEIGHT
     )
@@ -275,7 +275,7 @@ class CompositionTest(absltest.TestCase):
     rounds = random_rounds(num_rounds=3, num_clients=4, seed=9)
     process = fedglad.FedGladFactory(
         gamma=0.5,
-        inner=tff.aggregators.MeanFactory(
+        inner_agg_factory=tff.aggregators.MeanFactory(
             value_sum_factory=tff.aggregators.SumFactory()
         ),
     ).create(_VALUE_TYPE, _WEIGHT)
@@ -294,7 +294,7 @@ class CompositionTest(absltest.TestCase):
     # so this checks the composition: the squared norms go through the secure
     # sum with the updates, and the server sees only their sums.
     process = fedglad.FedGladFactory(
-        inner=tff.aggregators.MeanFactory(
+        inner_agg_factory=tff.aggregators.MeanFactory(
             value_sum_factory=tff.aggregators.SecureSumFactory(
                 upper_bound_threshold=100.0, lower_bound_threshold=-100.0
             )
@@ -320,7 +320,7 @@ class ValidationTest(parameterized.TestCase):
 
   def test_unweighted_inner_factory(self):
     with self.assertRaisesRegex(TypeError, 'weighted inner mean'):
-      fedglad.FedGladFactory(inner=tff.aggregators.SumFactory())
+      fedglad.FedGladFactory(inner_agg_factory=tff.aggregators.SumFactory())
 
   def test_integer_leaf(self):
     with self.assertRaisesRegex(TypeError, 'FedGladFactory.*floating-point'):

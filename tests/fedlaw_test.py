@@ -33,7 +33,8 @@ def _one_round(variant, *, server_epochs=10, batch_size=32, seed=0,
   """(process output, reference) for one round on the tiny model."""
   x, y = _proxy()
   process = algorithms.build_fedlaw_process(
-      test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, (x, y), max_clients=5,
+      test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, proxy_data=(x, y),
+      max_clients=5,
       variant=variant, server_epochs=server_epochs, server_lr=0.05,
       proxy_batch_size=batch_size, seed=seed,
   )
@@ -161,7 +162,8 @@ class FedLawValidationTest(absltest.TestCase):
 
   def _build(self, proxy=_proxy(), **kwargs):
     return algorithms.build_fedlaw_process(
-        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, proxy, max_clients=3,
+        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, proxy_data=proxy,
+        max_clients=3,
         **kwargs,
     )
 
@@ -213,7 +215,7 @@ class FedLawValidationTest(absltest.TestCase):
 
     with self.assertRaisesRegex(ValueError, 'BatchNormalization'):
       algorithms.build_fedlaw_process(
-          bn_model_fn, _CLIENT_OPTIMIZER, _proxy(), max_clients=3
+          bn_model_fn, _CLIENT_OPTIMIZER, proxy_data=_proxy(), max_clients=3
       )
 
 

@@ -105,7 +105,7 @@ class FedLwsStatsFactoryTest(parameterized.TestCase):
     updates = _updates(3, seed=3)
     process = fedlws_stats.FedLwsStatsFactory(
         _GROUPS,
-        mean_factory=tff.aggregators.clipping_factory(
+        inner_agg_factory=tff.aggregators.clipping_factory(
             0.5, tff.aggregators.MeanFactory()
         ),
     ).create(_VALUE_TYPE, _WEIGHT)
@@ -131,7 +131,7 @@ class FedLwsStatsFactoryTest(parameterized.TestCase):
       fedlws_stats.FedLwsStatsFactory([[0, 1], []])
     with self.assertRaisesRegex(TypeError, 'weighted'):
       fedlws_stats.FedLwsStatsFactory(
-          _GROUPS, mean_factory=tff.aggregators.SumFactory()
+          _GROUPS, inner_agg_factory=tff.aggregators.SumFactory()
       )
     with self.assertRaisesRegex(TypeError, 'FedLwsStatsFactory.*floating'):
       fedlws_stats.FedLwsStatsFactory([[0]]).create(

@@ -2,7 +2,10 @@
 
 Each method is a `tff.aggregators` factory, finalizer or client-work process
 that composes into `tff.learning`, plus a `build_<method>_process` builder in
-the style of `tff.learning.algorithms.build_weighted_fed_avg`.
+the style of `tff.learning.algorithms.build_weighted_fed_avg`. The TFF
+runtime helper that ends its worker process with the Python process is
+`tff_aggregators.runtime` (imported on its own: importing it replaces TFF's
+default execution context).
 """
 
 from tff_aggregators.aggregators.collect import CollectAllFactory
@@ -10,10 +13,12 @@ from tff_aggregators.aggregators.fedglad import FedGladFactory
 from tff_aggregators.aggregators.fedlws_stats import FedLwsStatsFactory
 from tff_aggregators.algorithms.client_works import build_weighted_fed_prox
 from tff_aggregators.algorithms.fedcda import build_fedcda_process
+from tff_aggregators.algorithms.fedcda_store import HistoryStore
 from tff_aggregators.algorithms.fedcda_store import InMemoryHistoryStore
 from tff_aggregators.algorithms.fedcda_store import MemmapHistoryStore
 from tff_aggregators.algorithms.fedglad import build_fedglad_process
 from tff_aggregators.algorithms.fedlaw import build_fedlaw_process
+from tff_aggregators.algorithms.fedlaw import check_proxy_data
 from tff_aggregators.algorithms.fedlws import build_fedlws_process
 from tff_aggregators.algorithms.fedsa import build_fedsa_process
 from tff_aggregators.client_works.identified import build_identified_client_work
@@ -22,7 +27,39 @@ from tff_aggregators.client_works.proximal import build_proximal_client_work
 from tff_aggregators.finalizers.fedcda import build_fedcda_finalizer
 from tff_aggregators.finalizers.fedlaw import build_fedlaw_finalizer
 from tff_aggregators.finalizers.fedlws import build_fedlws_finalizer
+from tff_aggregators.finalizers.fedlws import layer_groups
+from tff_aggregators.finalizers.fedlws import model_layer_groups
 from tff_aggregators.finalizers.fedsa import build_fedsa_finalizer
 from tff_aggregators.finalizers.glad_adaptive import build_glad_adaptive_finalizer
+from tff_aggregators.programs.data_sources import ClientDataSource
+from tff_aggregators.programs.data_sources import IdentifiedDataSource
 
 __version__ = '0.1.0'
+
+__all__ = [
+    'ClientDataSource',
+    'CollectAllFactory',
+    'FedGladFactory',
+    'FedLwsStatsFactory',
+    'HistoryStore',
+    'IdentifiedDataSource',
+    'InMemoryHistoryStore',
+    'MemmapHistoryStore',
+    'build_fedcda_finalizer',
+    'build_fedcda_process',
+    'build_fedglad_process',
+    'build_fedlaw_finalizer',
+    'build_fedlaw_process',
+    'build_fedlws_finalizer',
+    'build_fedlws_process',
+    'build_fedsa_finalizer',
+    'build_fedsa_process',
+    'build_glad_adaptive_finalizer',
+    'build_identified_client_work',
+    'build_proximal_client_work',
+    'build_weighted_fed_prox',
+    'check_proxy_data',
+    'layer_groups',
+    'model_layer_groups',
+    'with_client_ids',
+]

@@ -3,14 +3,19 @@
 `import tensorflow_federated` installs a context that lazily starts
 `tensorflow_federated/data/worker_binary` and kills it only in a `__del__`
 that usually does not run at exit: the worker survives with PPID 1, keeps our
-stdout/stderr open and hangs pipes (see `../shared/notes/tff-0.87.md`).
+stdout/stderr open and hangs pipes (`python script.py | tail` never ends;
+docs/runtime.md).
 
 Importing this module replaces that context by one that refuses to run
 (naming the fix), and `use_local_worker` installs a context driving a worker
 this module starts itself: the kernel kills the worker when this process dies
 (`PR_SET_PDEATHSIG`, so even after SIGKILL), and an `atexit` handler stops it
 cleanly on a normal exit. Every binary and test calls it before running a TFF
-computation.
+computation. In your own script:
+
+  from tff_aggregators import runtime
+  runtime.use_local_worker()                 # synchronous calls, as usual
+  context = runtime.native_federated_context()  # for tff.learning.programs
 """
 
 import atexit
@@ -181,7 +186,29 @@ def _executor_factory(stub, address: str):
   return tff.framework.ResourceManagingExecutorFactory(stack_fn)
 
 
-def _context(stub, address: str, *, asynchronous: bool):
+def compile_simulating_secure_aggregation(comp):
+  """TFF's test-backend compiler: secure sums become plain sums, then native.
+
+  `tff.backends.test.replace_secure_intrinsics_with_bodies` rewrites
+  `federated_secure_sum`, `federated_secure_sum_bitwidth`,
+  `federated_secure_modular_sum` and `federated_secure_select` into their
+  insecure equivalents (a `federated_aggregate` that checks each client's
+  value against the declared bound, a plain sum then a modulus, a plain
+  select); `tff.backends.native.desugar_and_transform_to_native` then
+  compiles for the worker as usual. This is the compiler of
+  `tff.backends.test.create_sync_test_cpp_execution_context`.
+  """
+  comp = tff.backends.test.replace_secure_intrinsics_with_bodies(comp)
+  return tff.backends.native.desugar_and_transform_to_native(comp)
+
+
+def _compile_to_mergeable_simulating_secure_aggregation(comp):
+  comp = tff.backends.test.replace_secure_intrinsics_with_bodies(comp)
+  return tff.backends.native.compile_to_mergeable_comp_form(comp)
+
+
+def _context(stub, address: str, *, asynchronous: bool,
+             simulate_secure_aggregation: bool = False):
   context_class = (
       tff.framework.AsyncExecutionContext
       if asynchronous
@@ -189,7 +216,11 @@ def _context(stub, address: str, *, asynchronous: bool):
   )
   return context_class(
       _executor_factory(stub, address),
-      compiler_fn=tff.backends.native.desugar_and_transform_to_native,
+      compiler_fn=(
+          compile_simulating_secure_aggregation
+          if simulate_secure_aggregation
+          else tff.backends.native.desugar_and_transform_to_native
+      ),
       transform_args=tff.tensorflow.transform_args,
       transform_result=tff.tensorflow.transform_result,
   )
@@ -205,6 +236,7 @@ def use_workers(
     *,
     local_workers: Sequence[WorkerProcess] = (),
     timeout: float = 60.0,
+    simulate_secure_aggregation: bool = False,
 ) -> None:
   """Runs TFF computations on the workers at `addresses` (`host:port`).
 
@@ -219,6 +251,10 @@ def use_workers(
     local_workers: The `WorkerProcess`es behind local addresses, so that a
       worker that dies while connecting is reported at once.
     timeout: Seconds to wait for each worker to answer.
+    simulate_secure_aggregation: Run computations that use TFF's secure
+      intrinsics (`tff.aggregators.SecureSumFactory`,
+      `tff.learning.secure_aggregator`, ...) by replacing each secure sum by
+      a plain sum; see `use_local_worker`.
   """
   if not addresses:
     raise ValueError('use_workers needs at least one address.')
@@ -227,18 +263,36 @@ def use_workers(
       a: connect(a, timeout=timeout, worker=processes.get(a))
       for a in addresses
   }
+  _install_context(
+      addresses, stubs,
+      simulate_secure_aggregation=simulate_secure_aggregation)
+  _stubs.clear()
+  _stubs.update(stubs)
+  logging.info('TFF computations run on %s', ', '.join(addresses))
+
+
+def _install_context(addresses: Sequence[str], stubs, *,
+                     simulate_secure_aggregation: bool = False) -> None:
   if len(addresses) == 1:
     (address,) = addresses
     tff.framework.set_default_context(
-        _context(stubs[address], address, asynchronous=False)
+        _context(stubs[address], address, asynchronous=False,
+                 simulate_secure_aggregation=simulate_secure_aggregation)
+    )
+  elif simulate_secure_aggregation:
+    # The mergeable compiler splits the computation at its aggregations, so
+    # the secure sums are replaced before it runs.
+    tff.framework.set_default_context(
+        tff.framework.MergeableCompExecutionContext(
+            [_context(stubs[a], a, asynchronous=True,
+                      simulate_secure_aggregation=True) for a in addresses],
+            compiler_fn=_compile_to_mergeable_simulating_secure_aggregation,
+        )
     )
   else:
     tff.backends.native.set_mergeable_comp_execution_context(
         [_context(stubs[a], a, asynchronous=True) for a in addresses]
     )
-  _stubs.clear()
-  _stubs.update(stubs)
-  logging.info('TFF computations run on %s', ', '.join(addresses))
 
 
 def unreachable_workers() -> list[str]:
@@ -279,7 +333,8 @@ def start_local_workers(
 
 
 def use_local_workers(
-    num_workers: int = 1, *, max_concurrent_computation_calls: int = -1
+    num_workers: int = 1, *, max_concurrent_computation_calls: int = -1,
+    simulate_secure_aggregation: bool = False,
 ) -> list[WorkerProcess]:
   """Runs TFF computations on `num_workers` local workers bound to this process.
 
@@ -292,6 +347,8 @@ def use_local_workers(
     max_concurrent_computation_calls: Caps parallel client computations in each
       worker (-1: no cap), as in
       `tff.backends.native.set_sync_local_cpp_execution_context`.
+    simulate_secure_aggregation: Replace secure sums by plain sums; see
+      `use_local_worker`.
 
   Returns:
     The `WorkerProcess`es.
@@ -306,6 +363,11 @@ def use_local_workers(
       )
       and set(_stubs) == {w.address for w in alive}
   ):
+    # Same workers; the synchronous context again (after, e.g.,
+    # `native_federated_context`).
+    _install_context(
+        [w.address for w in alive], _stubs,
+        simulate_secure_aggregation=simulate_secure_aggregation)
     return list(alive)
   for worker in _local_workers:
     worker.stop()
@@ -313,17 +375,63 @@ def use_local_workers(
       num_workers,
       max_concurrent_computation_calls=max_concurrent_computation_calls,
   )
-  use_workers([w.address for w in workers], local_workers=workers)
+  use_workers([w.address for w in workers], local_workers=workers,
+              simulate_secure_aggregation=simulate_secure_aggregation)
   _local_workers[:] = workers
   logging.info('Local TFF worker pids %s', [w.pid for w in workers])
   return workers
 
 
+def native_federated_context(
+    max_concurrent_computation_calls: int = -1,
+    *,
+    simulate_secure_aggregation: bool = False,
+) -> tff.program.NativeFederatedContext:
+  """A `tff.program.NativeFederatedContext` on a local worker of this process.
+
+  What `tff.learning.programs.train_model` and other `tff.program` logic run
+  in. It is installed as the default context and returned:
+
+    context = runtime.native_federated_context()
+    asyncio.run(tff.learning.programs.train_model(...))
+
+  The worker is `use_local_worker`'s (started if needed); it ends with this
+  process. `simulate_secure_aggregation`: as in `use_local_worker` (secure
+  sums run as plain sums; simulation only).
+  """
+  worker = use_local_worker(
+      max_concurrent_computation_calls,
+      simulate_secure_aggregation=simulate_secure_aggregation)
+  context = tff.program.NativeFederatedContext(
+      _context(_stubs[worker.address], worker.address, asynchronous=True,
+               simulate_secure_aggregation=simulate_secure_aggregation))
+  tff.framework.set_default_context(context)
+  return context
+
+
 def use_local_worker(
     max_concurrent_computation_calls: int = -1,
+    *,
+    simulate_secure_aggregation: bool = False,
 ) -> WorkerProcess:
-  """`use_local_workers(1, ...)`: TFF's usual local runtime, safely."""
+  """`use_local_workers(1, ...)`: TFF's usual local runtime, safely.
+
+  Args:
+    max_concurrent_computation_calls: As in `use_local_workers`.
+    simulate_secure_aggregation: False (default): TFF's native compiler, which
+      cannot run secure intrinsics: a computation using
+      `tff.aggregators.SecureSumFactory` (or `tff.learning.secure_aggregator`,
+      `ddp_secure_aggregator`, `secure_sum_then_finalize`) fails in the worker
+      with "Cannot embed a federated value". True: the compiler of TFF's test
+      context (`compile_simulating_secure_aggregation`) on this module's
+      worker. SIMULATION ONLY: each secure sum is replaced by a plain sum
+      (after the same clipping and quantization the secure aggregator does on
+      the clients), so there is no cryptographic protection and no privacy
+      here; the numbers are those a secure-aggregation deployment would
+      compute. docs/privacy.md lists which methods compose with it.
+  """
   (worker,) = use_local_workers(
-      1, max_concurrent_computation_calls=max_concurrent_computation_calls
+      1, max_concurrent_computation_calls=max_concurrent_computation_calls,
+      simulate_secure_aggregation=simulate_secure_aggregation,
   )
   return worker

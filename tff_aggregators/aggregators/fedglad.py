@@ -112,7 +112,8 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
       beta: float = 0.9,
       grouping: str = 'per_variable',
       emit: str = 'scaled_update',
-      inner: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+      inner_agg_factory: Optional[
+          tff.aggregators.WeightedAggregationFactory] = None,
       eps: float = 1e-12,
       tiny: float = 1e-30,
   ):
@@ -124,7 +125,7 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
       beta: Decay of the moving average of past GSIs (Eq. 12), in [0, 1).
       grouping: `'per_variable'` (one group per leaf) or `'universal'`.
       emit: `'scaled_update'` or `'update_and_multipliers'` (see class doc).
-      inner: The weighted mean factory for the update and the squared norms;
+      inner_agg_factory: The weighted mean factory for the update and the squared norms;
         default `tff.aggregators.MeanFactory(no_nan_division=True)`.
       eps: Added to both means in the GSI ratio.
       tiny: A group whose mean squared norm or squared mean norm is at most
@@ -132,7 +133,7 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
 
     Raises:
       ValueError: On an out-of-range or unknown argument.
-      TypeError: If `inner` is not a `WeightedAggregationFactory`.
+      TypeError: If `inner_agg_factory` is not a `WeightedAggregationFactory`.
     """
     if not gamma >= 0:
       raise ValueError(f'gamma must be >= 0 (or math.inf), got {gamma}.')
@@ -144,18 +145,21 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
       raise ValueError(f'emit must be one of {EMITS}, got {emit!r}.')
     if not (eps >= 0 and tiny >= 0):
       raise ValueError(f'eps and tiny must be >= 0, got {eps}, {tiny}.')
-    if inner is None:
-      inner = tff.aggregators.MeanFactory(no_nan_division=True)
-    if not isinstance(inner, tff.aggregators.WeightedAggregationFactory):
+    if inner_agg_factory is None:
+      inner_agg_factory = tff.aggregators.MeanFactory(no_nan_division=True)
+    if not isinstance(inner_agg_factory, tff.aggregators.WeightedAggregationFactory):
       raise TypeError(
           'FedGladFactory needs a weighted inner mean factory (e.g. '
-          f'tff.aggregators.MeanFactory()), got {inner!r}.'
+          'tff.aggregators.MeanFactory()); wrap an unweighted one (e.g. '
+          'tff.aggregators.DifferentiallyPrivateFactory) in '
+          'tff.aggregators.as_weighted_aggregator (weights ignored), got '
+          f'{inner_agg_factory!r}.'
       )
     self._gamma = float(gamma)
     self._beta = float(beta)
     self._grouping = grouping
     self._emit = emit
-    self._inner = inner
+    self._inner = inner_agg_factory
     self._eps = float(eps)
     self._tiny = float(tiny)
 

@@ -75,7 +75,8 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
       groups: Sequence[Sequence[int]],
       *,
       tau_mode: str = 'exact',
-      mean_factory: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+      inner_agg_factory: Optional[
+          tff.aggregators.WeightedAggregationFactory] = None,
       stats_sum_factory: Optional[
           tff.aggregators.UnweightedAggregationFactory
       ] = None,
@@ -87,7 +88,7 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
         the value) partitioning all leaves; see
         `tff_aggregators.finalizers.fedlws.layer_groups`.
       tau_mode: `'exact'` (paper Eq. 4, two phases) or `'rms'` (one pass).
-      mean_factory: Weighted factory for the mean update.
+      inner_agg_factory: Weighted factory for the mean update.
       stats_sum_factory: Unweighted factory for the sums of phase A and B.
 
     Raises:
@@ -98,12 +99,18 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
       raise ValueError(f'tau_mode must be one of {TAU_MODES}, got {tau_mode!r}.')
     if not groups or any(not g for g in groups):
       raise ValueError(f'FedLWS groups must be non-empty, got {groups}.')
-    mean_factory = mean_factory or tff.aggregators.MeanFactory(
+    inner_agg_factory = inner_agg_factory or tff.aggregators.MeanFactory(
         no_nan_division=True
     )
     stats_sum_factory = stats_sum_factory or tff.aggregators.SumFactory()
-    if not isinstance(mean_factory, tff.aggregators.WeightedAggregationFactory):
-      raise TypeError(f'mean_factory must be weighted, got {mean_factory!r}.')
+    if not isinstance(inner_agg_factory,
+                      tff.aggregators.WeightedAggregationFactory):
+      raise TypeError(
+          'FedLwsStatsFactory needs a weighted inner_agg_factory (a '
+          "builder's model_aggregator); wrap an unweighted one (e.g. "
+          'tff.aggregators.DifferentiallyPrivateFactory) in '
+          'tff.aggregators.as_weighted_aggregator (weights ignored), got '
+          f'{inner_agg_factory!r}.')
     if not isinstance(
         stats_sum_factory, tff.aggregators.UnweightedAggregationFactory
     ):
@@ -112,7 +119,7 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
       )
     self._groups = [list(g) for g in groups]
     self._tau_mode = tau_mode
-    self._mean_factory = mean_factory
+    self._mean_factory = inner_agg_factory
     self._stats_sum_factory = stats_sum_factory
 
   def create(

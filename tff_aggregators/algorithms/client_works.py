@@ -12,6 +12,7 @@ from typing import Optional
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_aggregators.algorithms import checks
 from tff_aggregators.client_works import proximal
 
 
@@ -65,13 +66,23 @@ def compose(
     client_work: tff.learning.templates.ClientWorkProcess,
     aggregator: tff.templates.AggregationProcess,
     finalizer: tff.learning.templates.FinalizerProcess,
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
 ) -> tff.learning.templates.LearningProcess:
-  """`compose_learning_process` with TFF's broadcast of the model weights."""
+  """`compose_learning_process`; TFF's broadcast unless a distributor is given.
+  """
+  if model_distributor is None:
+    model_distributor = tff.learning.templates.build_broadcast_process(
+        initial_model_weights.type_signature.result
+    )
+  elif not isinstance(model_distributor,
+                      tff.learning.templates.DistributionProcess):
+    raise TypeError(
+        'model_distributor must be a tff.learning.templates.'
+        f'DistributionProcess, got {model_distributor!r}.')
   return tff.learning.templates.compose_learning_process(
       initial_model_weights,
-      tff.learning.templates.build_broadcast_process(
-          initial_model_weights.type_signature.result
-      ),
+      model_distributor,
       client_work,
       aggregator,
       finalizer,
@@ -79,7 +90,6 @@ def compose(
 
 
 def build_weighted_fed_prox(
-    *,
     model_fn: Callable[[], tff.learning.models.VariableModel],
     proximal_strength: float,
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
@@ -87,6 +97,8 @@ def build_weighted_fed_prox(
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES
     ),
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
         None
     ),
@@ -98,11 +110,14 @@ def build_weighted_fed_prox(
   """`tff.learning.algorithms.build_weighted_fed_prox` with client hparams.
 
   The same process (broadcast, FedProx clients, a weighted mean of the
-  updates, the server optimizer applied to it), but the client optimizer's
-  hyperparameters are in the state, so `get_hparams`/`set_hparams` (and a
-  client learning-rate schedule) reach the clients; TFF 0.87's has none.
-  Arguments as in TFF's; the optimizers must be `tff.learning.optimizers`.
+  updates, the server optimizer applied to it) and the same arguments in the
+  same order, but the client optimizer's hyperparameters are in the state, so
+  `get_hparams`/`set_hparams` (and a client learning-rate schedule) reach the
+  clients (TFF 0.87's has none), and the proximal term has the sign of the
+  FedProx paper's (TFF 0.87's is reversed; docs/methods/fedprox.md). The
+  optimizers must be `tff.learning.optimizers`.
   """
+  checks.check_model_fn(model_fn, 'build_weighted_fed_prox')
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   if model_aggregator is None:
@@ -129,4 +144,5 @@ def build_weighted_fed_prox(
                               tff.TensorType(np.float32)),
       tff.learning.templates.build_apply_optimizer_finalizer(
           server_optimizer_fn, model_weights_type),
+      model_distributor,
   )

@@ -1,5 +1,6 @@
 """`build_fedcda_process`: FedAvg clients, FedCDA's cross-round selection."""
 
+import functools
 from collections.abc import Callable
 from typing import Optional, Union
 
@@ -7,6 +8,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import collect
+from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.algorithms import fedcda_store
 from tff_aggregators.client_works import identified
@@ -19,6 +21,15 @@ def build_fedcda_process(
     *,
     num_clients: int,
     max_clients: int,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES
+    ),
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
+    metrics_aggregator=None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE
+    ),
     memory_size: int = 3,
     num_batches: int = 3,
     smoothness: float = 1.0,
@@ -32,13 +43,6 @@ def build_fedcda_process(
     history_store: Optional[fedcda_store.HistoryStore] = None,
     local_epochs: Optional[int] = None,
     max_state_bytes: int = fedcda.DEFAULT_MAX_STATE_BYTES,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
 ) -> Union[tff.learning.templates.LearningProcess,
            fedcda_store.FedCdaStoreProcess]:
   """A learning process with FedCDA's server.
@@ -65,14 +69,25 @@ def build_fedcda_process(
   `CollectAllFactory` and the FedCDA finalizer
   (`tff_aggregators.finalizers.fedcda`, which documents the rule).
 
-  The client data of `next` pairs each dataset with the client's integer id
-  in [0, num_clients): `identified.with_client_ids(datasets, ids)`.
+  The client data of `next` is a list of datasets whose elements carry the
+  client's integer id in [0, num_clients):
+  `tff_aggregators.with_client_ids(datasets, ids)`, or, for TFF's string
+  ids and `tff.learning.programs.train_model`,
+  `tff_aggregators.IdentifiedDataSource(client_data)`. Before each round
+  `next` refuses (in Python, one line naming the fix) datasets without ids
+  and a cohort above `max_clients`; an id repeated within a round or outside
+  the population fails the round before the history changes.
 
   Args:
     model_fn: No-arg callable returning a `tff.learning.models.VariableModel`.
     client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
     num_clients: N, the population (client ids are in [0, N)).
-    max_clients: The largest cohort a round may have.
+    max_clients: The largest cohort a round may have (<= num_clients).
+    client_weighting: FedAvg's weights in warm-up (the paper's: examples).
+    model_distributor: As in `build_weighted_fed_avg` (default: broadcast);
+      in-state history only.
+    metrics_aggregator: As in `build_weighted_fed_avg`.
+    loop_implementation: As in `build_weighted_fed_avg`.
     memory_size: K (3).
     num_batches: B (3).
     smoothness: L (1).
@@ -90,18 +105,27 @@ def build_fedcda_process(
       'clients_per_batch'.
     history_store: None (the TFF state) or a `fedcda_store.HistoryStore`.
     local_epochs: E when each client's data holds its examples repeated E
-      times: clients then report the loss of their last epoch (spec 2.5);
+      times: clients then report the loss of their last epoch (eq. 8's f_n);
       None: the loss over all local steps (the same with one epoch).
     max_state_bytes: The largest in-state history (N K D 4 bytes) accepted.
-    client_weighting: FedAvg's weights in warm-up (the paper's: examples).
-    metrics_aggregator: As in `build_weighted_fed_avg`.
-    loop_implementation: As in `build_weighted_fed_avg`.
 
   Returns:
     A `tff.learning.templates.LearningProcess`, or a
     `fedcda_store.FedCdaStoreProcess` with a `history_store`.
   """
+  builder = 'build_fedcda_process'
+  checks.check_model_fn(model_fn, builder)
+  max_clients = checks.check_max_clients(max_clients, builder)
+  if not max_clients <= num_clients < identified.MAX_CLIENT_ID:
+    raise ValueError(
+        f'{builder}: num_clients (the population, {num_clients}) must be at '
+        f'least max_clients ({max_clients}, the largest cohort) and below '
+        '2**24.')
   fedcda_store.check_store(history_store)
+  if history_store is not None and model_distributor is not None:
+    raise ValueError(
+        f'{builder}: model_distributor works with the in-state history only '
+        '(history_store=None); the driver-side history broadcasts the model.')
   options = fedcda.FedCdaOptions(
       memory_size=memory_size, num_batches=num_batches,
       smoothness=smoothness, warmup_rounds=warmup_rounds, seed=seed,
@@ -141,9 +165,19 @@ def build_fedcda_process(
       options=options,
       max_state_bytes=max_state_bytes,
   )
-  return client_works.compose(
+  process = client_works.compose(
       initial_model_weights_fn,
       client_work,
       aggregator,
       finalizer,
+      model_distributor,
   )
+  return checks.with_round_check(
+      process, functools.partial(check_round, max_clients=max_clients))
+
+
+def check_round(client_data, *, max_clients: int) -> None:
+  """Raises before a FedCDA round whose client data it cannot take."""
+  builder = 'build_fedcda_process'
+  identified.check_identified_cohort(client_data, max_clients, builder)
+  checks.check_cohort_size(client_data, max_clients, builder)

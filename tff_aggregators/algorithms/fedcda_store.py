@@ -1,4 +1,4 @@
-"""FedCDA with the client history in a keyed store outside TFF (spec 8.2).
+"""FedCDA with the client history in a keyed store outside TFF.
 
 The in-state FedCDA finalizer (`tff_aggregators.finalizers.fedcda`) keeps the
 history N x K x D in its TFF state, which TFF serialises every round. Here a
@@ -32,7 +32,8 @@ checkpoint), naming the rounds.
 
 The process behaves like a `tff.learning.templates.LearningProcess`:
 `initialize`, `next(state, client_data)` (client data as
-`identified.with_client_ids` makes it), `get_model_weights`,
+`identified.with_client_ids` makes it; under `tff.learning.programs.
+train_model` too), `get_model_weights`,
 `set_model_weights`, `get_hparams`/`set_hparams` (the client work's), and its
 state is a structure of NumPy arrays that `tff.program` state managers save.
 `adopt_state` turns a loaded warm-up state of a larger memory size into this
@@ -52,6 +53,8 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import collect
+from tff_aggregators.algorithms import checks
+from tff_aggregators.client_works import identified
 from tff_aggregators.finalizers import fedcda
 
 DEFAULT_MAX_MEMORY_BYTES = 8 * 2**30
@@ -227,6 +230,7 @@ class FedCdaStoreProcess:
     self._aggregator = aggregator
     self._options = options
     self._num_clients = num_clients
+    self._max_clients = max_clients
     self._num_slots = options.memory_size + 1
     self._size = collect.flat_size(trainable_type)
     self._store = history_store
@@ -300,10 +304,10 @@ class FedCdaStoreProcess:
   def adopt_state(self, state) -> collections.OrderedDict:
     """A loaded state as this process's, also from a warm-up with K' >= K.
 
-    The warm-up (rounds t < T_w, spec 2.4 step 5; paper Algorithm 1) is FedAvg
+    The warm-up (rounds t < T_w; paper Algorithm 1) is FedAvg
     and selects every participant's newest model whatever the memory size,
     and the history of memory size K holds each client's K+1 newest models
-    (step 4 and the module docstring). So a state whose `round` (rounds
+    (filled in warm-up too; module docstring). So a state whose `round` (rounds
     completed) is at most T_w, of a run that differs from this one only in
     K' >= K, is this process's state of that round once each client keeps
     its K+1 newest slots (in another slot order, which nothing reads): an
@@ -369,23 +373,53 @@ class FedCdaStoreProcess:
 
   def next(self, state, client_data: list[Any]
            ) -> tff.learning.templates.LearningProcessOutput:
-    """One round: TFF runs the clients, the driver updates the store."""
+    """One round: TFF runs the clients, the driver updates the store.
+
+    Under `tff.learning.programs.train_model` (TFF's native program
+    context) the round's client side returns value references: the result
+    is then a `tff.program.MaterializableValueReference` to the round's
+    `LearningProcessOutput`, which `tff.program.materialize_value` resolves
+    (the store is updated then).
+    """
+    self._check_round(state, client_data)
+    weights = state['global_model_weights']
+    collected = self._collect_round(weights, state['client_work'],
+                                    state['aggregator'], client_data)
+    if any(isinstance(x, tff.program.MaterializableValueReference)
+           for x in tf.nest.flatten(collected)):
+      return _PendingRound(self, state, collected)
+    return self._finish_round(state, collected)
+
+  def _check_round(self, state, client_data) -> None:
+    builder = 'build_fedcda_process'
+    identified.check_identified_cohort(client_data, self._max_clients,
+                                       builder)
+    checks.check_cohort_size(client_data, self._max_clients, builder)
     if np.shape(state['stamps']) != (self._num_clients, self._num_slots):
       raise ValueError(
           f'The state has {np.shape(state["stamps"])} clients x slots, this '
           f'process has ({self._num_clients}, {self._num_slots}) (K + 1 '
           'slots); a state of another memory size passes through '
           '`adopt_state` first.')
+
+  def _participants(self, w, collected):
+    try:
+      return tuple(x.numpy() for x in self._parse(
+          w, np.asarray(collected['values'], np.float32),
+          np.asarray(collected['weights'], np.float32)))
+    except tf.errors.InvalidArgumentError as e:
+      first = e.message.splitlines()[0] if e.message else str(e)
+      raise ValueError(f'{first} (the history is unchanged).') from None
+
+  def _finish_round(self, state, outputs
+                    ) -> tff.learning.templates.LearningProcessOutput:
+    """The driver's part of a round, from the client side's outputs."""
     weights = state['global_model_weights']
     collected, work_state, aggregator_state, work_metrics, aggregator_metrics = (
-        self._collect_round(weights, state['client_work'],
-                            state['aggregator'], client_data))
+        outputs)
     w = np.concatenate([np.ravel(np.asarray(x, np.float32))
                         for x in weights.trainable])
-    ids, models, losses, part_weights = (
-        x.numpy() for x in self._parse(
-            w, np.asarray(collected['values'], np.float32),
-            np.asarray(collected['weights'], np.float32)))
+    ids, models, losses, part_weights = self._participants(w, collected)
     t = int(state['round'])
     store = self._store.models(state['history'])
     stamps = np.array(state['stamps'])
@@ -443,6 +477,24 @@ class FedCdaStoreProcess:
         finalizer=tf.nest.map_structure(lambda x: x.numpy(), measurements),
     )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
+
+
+class _PendingRound(tff.program.MaterializableValueReference):
+  """A FedCDA round whose client side is still running (TFF's native context).
+  """
+
+  def __init__(self, process, state, outputs):
+    self._process = process
+    self._state = state
+    self._outputs = outputs
+
+  @property
+  def type_signature(self):
+    return None  # A Python-side result, not a TFF value.
+
+  async def get_value(self) -> tff.learning.templates.LearningProcessOutput:
+    outputs = await tff.program.materialize_value(self._outputs)
+    return self._process._finish_round(self._state, outputs)  # pylint: disable=protected-access
 
 
 def check_store(history_store: Optional[HistoryStore]) -> None:

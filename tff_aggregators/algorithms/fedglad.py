@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import fedglad
+from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.finalizers import glad_adaptive
 
@@ -21,16 +22,18 @@ def build_fedglad_process(
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES
     ),
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
+    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    metrics_aggregator=None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE
+    ),
     proximal_strength: float = 0.0,
     gamma: float = 0.02,
     beta: float = 0.9,
     grouping: str = 'per_variable',
     server_update_scaling: str = 'auto',
-    inner_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
 ) -> tff.learning.templates.LearningProcess:
   """A FedAvg-style process whose server step is adapted by FedGLAD.
 
@@ -38,7 +41,7 @@ def build_fedglad_process(
   `client_works.build_weighted_fed_prox`, when `proximal_strength > 0`),
   with the update
   aggregated by `tff_aggregators.FedGladFactory`. How the multipliers reach
-  the server optimizer (spec `fedglad.md` section 2.5):
+  the server optimizer (docs/methods/fedglad.md):
 
   * SGD or momentum (`tff.learning.optimizers.build_sgdm`): the mean update
     is scaled before the optimizer (FedAvg, FedAvgM, FedProx).
@@ -51,7 +54,7 @@ def build_fedglad_process(
     client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
     server_optimizer_fn: A `tff.learning.optimizers.Optimizer`; default SGD
       with learning rate 1.0 (FedAvg).
-    client_weighting: How client updates are weighted (the paper's Eq. 3 is
+    client_weighting: As in `build_weighted_fed_avg`: how client updates are weighted (the paper's Eq. 3 is
       `UNIFORM`; with equal-size clients both agree).
     proximal_strength: FedProx's mu; 0 trains clients with plain FedAvg.
     gamma: FedGLAD's bounding factor (Eq. 15).
@@ -61,7 +64,9 @@ def build_fedglad_process(
       servers), `'first_moment'` (Adam/Yogi only) or `'auto'` (the first for
       `build_sgdm`, the second for `build_adam`/`build_yogi`; other
       optimizers must choose).
-    inner_aggregator: The weighted mean factory FedGLAD wraps; default
+    model_distributor: As in `build_weighted_fed_avg` (default: broadcast).
+    model_aggregator: The weighted mean factory FedGLAD wraps (its
+      `inner_agg_factory`); default
       `tff.aggregators.MeanFactory(no_nan_division=True)`.
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
@@ -73,6 +78,7 @@ def build_fedglad_process(
     ValueError: On an unknown `server_update_scaling`, or one that does not
       fit the server optimizer.
   """
+  checks.check_model_fn(model_fn, 'build_fedglad_process')
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   if not isinstance(server_optimizer_fn, tff.learning.optimizers.Optimizer):
@@ -102,7 +108,8 @@ def build_fedglad_process(
         f'{server_optimizer_fn!r}.'
     )
   glad_options = dict(
-      gamma=gamma, beta=beta, grouping=grouping, inner=inner_aggregator
+      gamma=gamma, beta=beta, grouping=grouping,
+      inner_agg_factory=model_aggregator
   )
   if server_update_scaling == 'update':
     aggregator = fedglad.FedGladFactory(**glad_options)
@@ -113,6 +120,7 @@ def build_fedglad_process(
           client_optimizer_fn=client_optimizer_fn,
           server_optimizer_fn=server_optimizer_fn,
           client_weighting=client_weighting,
+          model_distributor=model_distributor,
           model_aggregator=aggregator,
           metrics_aggregator=metrics_aggregator,
           loop_implementation=loop_implementation,
@@ -122,6 +130,7 @@ def build_fedglad_process(
         client_optimizer_fn=client_optimizer_fn,
         server_optimizer_fn=server_optimizer_fn,
         client_weighting=client_weighting,
+        model_distributor=model_distributor,
         model_aggregator=aggregator,
         metrics_aggregator=metrics_aggregator,
         loop_implementation=loop_implementation,
@@ -147,4 +156,5 @@ def build_fedglad_process(
       glad_adaptive.build_glad_adaptive_finalizer(
           server_optimizer_fn, model_weights_type
       ),
+      model_distributor,
   )

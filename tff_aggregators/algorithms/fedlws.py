@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import fedlws_stats
+from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.finalizers import fedlws
 
@@ -16,19 +17,21 @@ def build_fedlws_process(
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
     *,
-    beta: float = 0.1,
-    tau_clip: Optional[tuple[float, float]] = None,
-    grouping: Union[str, Sequence[Sequence[int]]] = 'layer',
-    tau_mode: str = 'exact',
     client_weighting: tff.learning.ClientWeighting = (
         tff.learning.ClientWeighting.NUM_EXAMPLES
     ),
-    proximal_strength: float = 0.0,
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
     metrics_aggregator=None,
     loop_implementation: tff.learning.LoopImplementation = (
         tff.learning.LoopImplementation.DATASET_REDUCE
     ),
+    proximal_strength: float = 0.0,
+    beta: float = 0.1,
+    tau_clip: Optional[tuple[float, float]] = None,
+    grouping: Union[str, Sequence[Sequence[int]]] = 'layer',
+    tau_mode: str = 'exact',
 ) -> tff.learning.templates.LearningProcess:
   """A FedAvg-style process whose new global model is shrunk by FedLWS.
 
@@ -41,25 +44,27 @@ def build_fedlws_process(
     model_fn: No-arg callable returning a `tff.learning.models.VariableModel`.
     client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
     server_optimizer_fn: Default SGD with learning rate 1 (the paper's).
+    client_weighting: As in `build_weighted_fed_avg`.
+    model_distributor: As in `build_weighted_fed_avg` (default: broadcast).
+    model_aggregator: The weighted mean factory for the update (the
+      `inner_agg_factory` of `FedLwsStatsFactory`; default
+      `MeanFactory(no_nan_division=True)`), e.g. with clipping in front.
+    metrics_aggregator: As in `build_weighted_fed_avg`.
+    loop_implementation: As in `build_weighted_fed_avg`.
+    proximal_strength: FedProx's mu on the clients; 0 is FedAvg.
     beta: Scale of tau (Eq. 8): 0.1 for CNNs/MLPs, 0.01 for ResNets in the
       paper (safe range 0.001-0.1); 0 is the base method.
     tau_clip: None (paper) or `(0.01, 0.2)` to clip beta * tau as the
       official code does.
     grouping: `'layer'` (default: kernel + bias, see
-      `tff_aggregators.finalizers.fedlws.layer_groups`), `'keras_layer'`,
-      `'model'` (model-wise FedLWS), or explicit lists of trainable-variable
-      indices.
+      `tff_aggregators.layer_groups`), `'keras_layer'`, `'model'`
+      (model-wise FedLWS), or explicit lists of trainable-variable indices.
     tau_mode: `'exact'` (paper Eq. 4, two-phase) or `'rms'` (one pass).
-    client_weighting: As in `build_weighted_fed_avg`.
-    proximal_strength: FedProx's mu on the clients; 0 is FedAvg.
-    model_aggregator: The weighted mean factory for the update (default
-      `MeanFactory(no_nan_division=True)`), e.g. with clipping in front.
-    metrics_aggregator: As in `build_weighted_fed_avg`.
-    loop_implementation: As in `build_weighted_fed_avg`.
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
   """
+  checks.check_model_fn(model_fn, 'build_fedlws_process')
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   if isinstance(grouping, str):
@@ -78,7 +83,7 @@ def build_fedlws_process(
       loop_implementation=loop_implementation,
   )
   aggregator = fedlws_stats.FedLwsStatsFactory(
-      groups, tau_mode=tau_mode, mean_factory=model_aggregator
+      groups, tau_mode=tau_mode, inner_agg_factory=model_aggregator
   ).create(model_weights_type.trainable, tff.TensorType(np.float32))
   finalizer = fedlws.build_fedlws_finalizer(
       server_optimizer_fn, model_weights_type, groups=groups, beta=beta,
@@ -89,4 +94,5 @@ def build_fedlws_process(
       client_work,
       aggregator,
       finalizer,
+      model_distributor,
   )

@@ -1,11 +1,13 @@
 """`build_fedsa_process`: FedAvg clients, FedSA's skew-aware server aggregation."""
 
 from collections.abc import Callable
+from typing import Optional
 
 import numpy as np
 import tensorflow_federated as tff
 
 from tff_aggregators.aggregators import collect
+from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.finalizers import fedsa
 
@@ -15,43 +17,89 @@ def build_fedsa_process(
     client_optimizer_fn: tff.learning.optimizers.Optimizer,
     *,
     max_clients: int,
-    proximal_strength: float = 0.0,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES
+    ),
+    model_distributor: Optional[
+        tff.learning.templates.DistributionProcess] = None,
     metrics_aggregator=None,
     loop_implementation: tff.learning.LoopImplementation = (
         tff.learning.LoopImplementation.DATASET_REDUCE
     ),
-    **fedsa_options,
+    proximal_strength: float = 0.0,
+    cv_threshold: float = 0.2,
+    sim_threshold: float = 0.2,
+    num_categories: int = 4,
+    max_clusters: int = 4,
+    alpha_normalization: str = 'sum_to_one',
+    mic_normalization: str = 'per_coordinate_minmax',
+    mic_scale: float = 4.0,
+    zero_mean_policy: str = 'inf_is_high',
+    weighted_mean: bool = False,
+    late_join_mode: str = 'greedy_update',
+    cluster_scope: str = 'per_tensor',
 ) -> tff.learning.templates.LearningProcess:
   """A learning process whose server aggregates with FedSA.
 
   `tff.learning.templates.compose_learning_process` of TFF's broadcast and
   model-delta client work (FedAvg clients), `CollectAllFactory` and the FedSA
-  finalizer (`tff_aggregators.finalizers.fedsa`, which documents the rule
-  and options). Client weights only decide who is valid (weight > 0): FedSA's
-  means are unweighted (paper Eq. 2).
+  finalizer (`tff_aggregators.finalizers.fedsa`, which documents the rule).
+  FedSA has no server optimizer: the aggregate is the new model. Client
+  weights decide who is valid (weight > 0) and, with `weighted_mean=True`,
+  weight the means; the paper's means are unweighted (Eq. 2).
 
   Args:
     model_fn: No-arg callable returning a `tff.learning.models.VariableModel`.
     client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
-    max_clients: The largest cohort a round may have.
-    proximal_strength: FedProx's mu on the clients (0: FedAvg clients).
+    max_clients: The largest cohort a round may have (a larger one is
+      refused before the round runs).
+    client_weighting: As in `build_weighted_fed_avg`.
+    model_distributor: As in `build_weighted_fed_avg` (default: broadcast).
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
-    **fedsa_options: FedSA's options (cv_threshold, sim_threshold,
-      num_categories, max_clusters and the spec's ablation flags), see
-      `tff_aggregators.finalizers.fedsa.build_fedsa_finalizer`.
+    proximal_strength: FedProx's mu on the clients (0: FedAvg clients).
+    cv_threshold: cv_t, the dispersion threshold of high-dispersion
+      parameters (Eq. 5; 0.2).
+    sim_threshold: sim_t, the clustering similarity threshold (0.2).
+    num_categories: C, the discretisation of the MIC estimate (paper: 4 for
+      CIFAR-10, 5 for CIFAR-100, 8 for Tiny-ImageNet).
+    max_clusters: S, the most clusters per tensor (as C).
+    alpha_normalization: 'sum_to_one' (cluster weights normalised) or
+      'literal' (Eq. 14 as printed).
+    mic_normalization: 'per_coordinate_minmax', 'per_tensor_minmax',
+      'quantile' or 'raw'.
+    mic_scale: The N of Eq. 8 (4).
+    zero_mean_policy: 'inf_is_high' or 'epsilon', for a zero-mean
+      coordinate's coefficient of variation.
+    weighted_mean: False (Eq. 2's unweighted means) or True (by weights).
+    late_join_mode: 'greedy_update' (Algorithm 1) or 'frozen'.
+    cluster_scope: 'per_tensor' (Algorithm 1) or 'global'.
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
   """
-
+  checks.check_model_fn(model_fn, 'build_fedsa_process')
+  max_clients = checks.check_max_clients(max_clients, 'build_fedsa_process')
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
-  finalizer = fedsa.build_fedsa_finalizer(model_weights_type, **fedsa_options)
+  finalizer = fedsa.build_fedsa_finalizer(
+      model_weights_type,
+      cv_threshold=cv_threshold,
+      sim_threshold=sim_threshold,
+      num_categories=num_categories,
+      max_clusters=max_clusters,
+      alpha_normalization=alpha_normalization,
+      mic_normalization=mic_normalization,
+      mic_scale=mic_scale,
+      zero_mean_policy=zero_mean_policy,
+      weighted_mean=weighted_mean,
+      late_join_mode=late_join_mode,
+      cluster_scope=cluster_scope,
+  )
   client_work = client_works.model_delta_client_work(
       model_fn,
       client_optimizer_fn,
-      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+      client_weighting=client_weighting,
       proximal_strength=proximal_strength,
       metrics_aggregator=metrics_aggregator,
       loop_implementation=loop_implementation,
@@ -59,9 +107,11 @@ def build_fedsa_process(
   aggregator = collect.CollectAllFactory(max_clients).create(
       model_weights_type.trainable, tff.TensorType(np.float32)
   )
-  return client_works.compose(
+  process = client_works.compose(
       initial_model_weights_fn,
       client_work,
       aggregator,
       finalizer,
+      model_distributor,
   )
+  return checks.with_cohort_limit(process, max_clients, 'build_fedsa_process')

@@ -3,10 +3,17 @@
 Methods that keep per-client state on the server (FedCDA's history of each
 client's models) need a stable client id with every update, and FedCDA's
 objective needs the client's training loss. TFF has no client ids inside
-computations, so each client's data carries it:
+computations, so each element of a client's dataset carries it, and the
+client data stays a plain list of datasets (what `tff.program` data sources
+and `tff.learning.programs.train_model` pass):
 
   client_data = with_client_ids(datasets, ids)
-  # [OrderedDict(data=<dataset>, client_id=<dataset of one int32>), ...]
+  # each element: OrderedDict(data=<the original element>, client_id=int32)
+
+Integer ids index the population, [0, num_clients). TFF's string client ids
+(`tff.simulation.datasets.ClientData.client_ids`) map to their position in
+that list; `tff_aggregators.IdentifiedDataSource` does it and saves a
+fingerprint of the list with the program state (docs/methods/fedcda.md).
 
 The local training is that of `tff.learning.templates.
 build_model_delta_client_work` (the same loop over the batches, optimizer
@@ -16,8 +23,9 @@ hyperparameters in the state, metrics and weights). The update is
               loss=<the client's mean training loss of its last epoch>,
               client_id=<the id as float32, exact below 2**24>)
 
-with the usual weight (0 for a non-finite update). FedCDA's f_n is the mean
-training loss of the last local epoch (spec 2.5): with `local_epochs=E` the
+with the usual weight (0 for a non-finite update). An empty dataset reports
+id -1 and weight 0. FedCDA's f_n is the client's mean training loss of its
+last local epoch (the paper's objective, eq. 8): with `local_epochs=E` the
 client data is taken to be its examples repeated E times (as the
 experiments' preprocessing makes it, `repeat(E).batch(B)`), and the loss is
 the example-weighted mean over the last 1/E of the examples seen (a batch
@@ -44,31 +52,83 @@ CLIENT_ID = 'client_id'
 DELTA = 'delta'
 LOSS = 'loss'
 MAX_CLIENT_ID = 2**24  # Ids travel as float32 in the update.
+NO_ID = -1  # What an empty dataset reports.
+
+
+def attach_client_id(dataset: tf.data.Dataset,
+                     client_id: int) -> tf.data.Dataset:
+  """`dataset` with each element as `OrderedDict(data=element, client_id=id)`."""
+  ids = tf.data.Dataset.from_tensors(np.int32(client_id)).repeat()
+  return tf.data.Dataset.zip((dataset, ids)).map(
+      lambda element, i: collections.OrderedDict([(DATA, element),
+                                                  (CLIENT_ID, i)]))
+
+
+def check_client_ids(client_ids: Sequence[Any],
+                     num_clients: Optional[int] = None) -> list[int]:
+  """The cohort's ids as ints; raises on a duplicate or an id out of range."""
+  limit = MAX_CLIENT_ID if num_clients is None else num_clients
+  checked = []
+  for client_id in client_ids:
+    if isinstance(client_id, (str, bytes)):
+      raise ValueError(
+          f'Client id {client_id!r} is a string; FedCDA indexes clients by '
+          'integers in [0, num_clients). For TFF ClientData use '
+          'tff_aggregators.IdentifiedDataSource(client_data), or map each id '
+          'to its position in client_data.client_ids.')
+    if (not isinstance(client_id, (int, np.integer))
+        or not 0 <= client_id < limit):
+      raise ValueError(
+          f'Client id {client_id!r} is outside the population [0, {limit}): '
+          'ids index the clients (num_clients of the FedCDA builder).')
+    checked.append(int(client_id))
+  duplicates = sorted({i for i in checked if checked.count(i) > 1})
+  if duplicates:
+    raise ValueError(
+        f'Client id {duplicates[0]} appears more than once in the cohort '
+        f'{checked}; sample each round\'s clients without replacement.')
+  return checked
 
 
 def with_client_ids(
-    datasets: Sequence[tf.data.Dataset], client_ids: Sequence[int]
-) -> list[collections.OrderedDict]:
-  """Pairs each client's dataset with its integer id, as the work expects."""
+    datasets: Sequence[tf.data.Dataset],
+    client_ids: Sequence[int],
+    *,
+    num_clients: Optional[int] = None,
+) -> list[tf.data.Dataset]:
+  """The cohort's datasets with each client's integer id in every element.
+
+  Args:
+    datasets: One `tf.data.Dataset` per client of the round.
+    client_ids: Their distinct integer ids, in [0, num_clients).
+    num_clients: The population, to refuse ids outside it (optional).
+
+  Returns:
+    The datasets as `attach_client_id` makes them, ready for `next`.
+
+  Raises:
+    ValueError: On a count mismatch, a string, duplicate or out-of-range id.
+  """
   if len(datasets) != len(client_ids):
     raise ValueError(
         f'{len(datasets)} datasets but {len(client_ids)} client ids.'
     )
-  result = []
-  for dataset, client_id in zip(datasets, client_ids):
-    if not 0 <= int(client_id) < MAX_CLIENT_ID:
-      raise ValueError(
-          f'Client ids must be integers in [0, 2**24), got {client_id}.'
-      )
-    result.append(collections.OrderedDict([
-        (DATA, dataset),
-        (CLIENT_ID, tf.data.Dataset.from_tensors(np.int32(client_id))),
-    ]))
-  return result
+  ids = check_client_ids(client_ids, num_clients)
+  for dataset in datasets:
+    if not isinstance(dataset, tf.data.Dataset):
+      raise TypeError(f'with_client_ids takes tf.data.Datasets, got '
+                      f'{type(dataset).__name__}.')
+  return [attach_client_id(d, i) for d, i in zip(datasets, ids)]
+
+
+def carries_client_ids(element_spec: Any) -> bool:
+  """Whether a dataset's `element_spec` is `attach_client_id`'s."""
+  return (isinstance(element_spec, collections.abc.Mapping)
+          and set(element_spec) == {DATA, CLIENT_ID})
 
 
 def expects_client_ids(process: Any) -> bool:
-  """Whether `process.next`'s client data is `with_client_ids`'s structure.
+  """Whether `process.next`'s client data must carry client ids.
 
   A process that is not a TFF computation (FedCDA with an external history
   store) says so with a boolean attribute `expects_client_ids`.
@@ -77,10 +137,27 @@ def expects_client_ids(process: Any) -> bool:
   if isinstance(declared, bool):
     return declared
   client_data = process.next.type_signature.parameter[1]
-  member = getattr(client_data, 'member', None)
-  if not isinstance(member, tff.StructType):
+  element = getattr(getattr(client_data, 'member', None), 'element', None)
+  if not isinstance(element, tff.StructType):
     return False
-  return CLIENT_ID in dir(member)
+  return CLIENT_ID in dir(element)
+
+
+def check_identified_cohort(client_data: Any, max_clients: int,
+                            builder: str) -> None:
+  """Raises before a round if its client data cannot carry FedCDA's ids."""
+  if not isinstance(client_data, (list, tuple)):
+    raise TypeError(
+        f'The client data of a {builder} round is a list of tf.data.Datasets '
+        f'(one per client), got {type(client_data).__name__}.')
+  for dataset in client_data:
+    spec = getattr(dataset, 'element_spec', None)
+    if not carries_client_ids(spec):
+      raise ValueError(
+          f'{builder} needs each client\'s id in its data: pass '
+          'tff_aggregators.with_client_ids(datasets, ids) (integer ids in '
+          '[0, num_clients)) or use tff_aggregators.IdentifiedDataSource; '
+          f'got elements {spec}.')
 
 
 def build_identified_client_work(
@@ -109,25 +186,26 @@ def build_identified_client_work(
       the loss is the last pass's. None: the loss is over all local steps.
 
   Returns:
-    A `ClientWorkProcess` whose client data is `with_client_ids`'s.
+    A `ClientWorkProcess` whose client data is `with_client_ids`'s: each
+    element `OrderedDict(data=<model input>, client_id=int32)`.
   """
   if local_epochs is not None and int(local_epochs) < 1:
     raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
 
   def client_data_type(element_type):
-    return tff.types.to_type(collections.OrderedDict([
-        (DATA, tff.SequenceType(element_type)),
-        (CLIENT_ID, tff.SequenceType(tff.TensorType(np.int32))),
-    ]))
+    return tff.SequenceType(tff.types.to_type(collections.OrderedDict([
+        (DATA, element_type),
+        (CLIENT_ID, tff.TensorType(np.int32)),
+    ])))
 
   def client_update(hparams, initial_weights, client_data):
     train = _build_training(model_fn, optimizer, client_weighting,
                             loop_implementation, local_epochs)
-    client_id = client_data[CLIENT_ID].reduce(
-        tf.constant(-1, tf.int32), lambda unused, x: x
+    client_id = client_data.take(1).reduce(
+        tf.constant(NO_ID, tf.int32), lambda unused, x: x[CLIENT_ID]
     )
     delta, weight, loss, outputs = train(
-        initial_weights, client_data[DATA], hparams)
+        initial_weights, client_data.map(lambda x: x[DATA]), hparams)
     value = collections.OrderedDict([
         (DELTA, delta),
         (LOSS, loss),

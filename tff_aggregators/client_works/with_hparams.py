@@ -16,6 +16,20 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 
+def check_model_fn(model_fn: Any, builder: str) -> None:
+  """Raises `TypeError` unless `model_fn` is a no-arg VariableModel factory."""
+  if isinstance(model_fn, tff.learning.models.FunctionalModel):
+    raise TypeError(
+        f'{builder} takes a no-arg callable returning a '
+        'tff.learning.models.VariableModel (e.g. lambda: '
+        'tff.learning.models.from_keras_model(...)), not a FunctionalModel: '
+        'its server rule and client work are built on VariableModel.')
+  if not callable(model_fn):
+    raise TypeError(
+        f'{builder} needs model_fn, a no-arg callable returning a '
+        f'tff.learning.models.VariableModel; got {model_fn!r}.')
+
+
 def build_client_work(
     model_fn: Callable[[], tff.learning.models.VariableModel],
     optimizer: tff.learning.optimizers.Optimizer,
@@ -40,6 +54,7 @@ def build_client_work(
   Returns:
     The process, with `get_hparams`/`set_hparams`.
   """
+  check_model_fn(model_fn, 'This client work')
   if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
     raise TypeError(
         'The client optimizer must be a tff.learning.optimizers.Optimizer '

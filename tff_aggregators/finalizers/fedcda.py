@@ -1,7 +1,7 @@
 """FedCDA: cross-round divergence-aware selection of cached client models.
 
 Wang et al., "FedCDA: Federated Learning with Cross-Round Divergence-Aware
-Aggregation", ICLR 2024 (spec `fedcda.md` sections 2.3-2.7). The server keeps
+Aggregation", ICLR 2024 (Eqs. 5-8, Algorithm 1). The server keeps
 each client's K most recent models and losses (a ring buffer keyed by the
 client id, filled during warm-up too). In warm-up rounds (t < T_w) the new
 global model is FedAvg of the participants (weighted by their weights) and
@@ -15,7 +15,7 @@ excluded, the combination of cached models minimising (eq. 8)
 
 over the M included clients is found exhaustively (candidates newest first;
 ties go to the first, i.e. newer, combination), with the centred
-sufficient statistics of spec 2.7 in float64. The new global model is the
+sufficient statistics in float64. The new global model is the
 uniform mean of the selected models of every client seen so far. The
 participants are taken in client-id order before the seeded permutation, so
 the result does not depend on the order in which clients arrive.
@@ -24,7 +24,7 @@ The per-round cost does not grow with the clients seen: the server keeps the
 running float64 sums of the selected models, their squared norms and losses,
 and touches only the participants' history rows.
 
-Where the history lives (spec 8.2/8.3): this module's finalizer keeps it in
+Where the history lives: this module's finalizer keeps it in
 its TFF state, N x K x D float32 (N: the population, K: the memory, D: the
 parameters), which TFF serialises every round (about 33 MB/s):
 `build_fedcda_finalizer` refuses states above `max_state_bytes`. For larger
@@ -37,8 +37,8 @@ Inputs: `CollectAllFactory`'s result over the identified client work's update
 loss). Clients with weight 0, a non-finite row or an id outside [0, N) are
 left out (a non-participant this round).
 
-Diagnostic switches mirroring the unofficial script (spec 4.3; off by
-default, `FedCdaOptions`): `selection='newest'|'random'`,
+Diagnostic switches mirroring the unofficial script (off by default,
+`FedCdaOptions`, docs/methods/fedcda.md): `selection='newest'|'random'`,
 `divergence='tensorwise_norm'`, `later_batches='included_at_previous_selection'`,
 `warmup_aggregation='all_seen_newest'`, `batch_param='clients_per_batch'`.
 """
@@ -73,7 +73,7 @@ class HistoryTooLargeError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class FedCdaOptions:
-  """FedCDA's settings (spec section 3 defaults; switches of spec 4.3).
+  """FedCDA's settings (the paper's defaults; the script's switches).
 
   Attributes:
     memory_size: K, cached models per client (3).
@@ -83,8 +83,8 @@ class FedCdaOptions:
     warmup_rounds: T_w, FedAvg rounds before selection starts (50).
     seed: Seeds the batch split (and `selection='random'`) of each round.
     selection: 'approx' (eq. 8, the paper), 'newest' (every participant
-      keeps its newest model: what the script computes, spec 0.2 item 6) or
-      'random' (a uniformly random cached model; spec 4.1).
+      keeps its newest model: what the script's recursion bug computes) or
+      'random' (a uniformly random cached model; the paper's Fig. 2a).
     divergence: 'squared_l2' (eq. 8: loss term plus L/2 times squared
       distances) or 'tensorwise_norm' (the script's: sum over included
       clients and parameter tensors of the non-squared distance to the mean,
@@ -155,7 +155,8 @@ def participants(w, collected, update_type, num_clients):
     w: The flat global model [D].
     collected: `CollectAllFactory`'s result (rows of id, delta, loss).
     update_type: The client update type (`check_update_type`).
-    num_clients: N; ids outside [0, N) are left out.
+    num_clients: N. Id -1 (an empty dataset) is left out; an id outside
+      [-1, N) or twice in the round fails the round (`check_ids`).
 
   Returns:
     (ids [P] int32, models [P, D] = w - delta, losses [P], weights [P]).
@@ -166,7 +167,8 @@ def participants(w, collected, update_type, num_clients):
       tf.reshape(leaf, [tf.shape(rows)[0], -1])
       for leaf in tf.nest.flatten(update['delta'])
   ], axis=1)
-  ids = tf.cast(tf.round(update['client_id']), tf.int32)
+  ids = check_ids(tf.cast(tf.round(update['client_id']), tf.int32),
+                  num_clients)
   valid = tf.logical_and(
       tf.logical_and(client_weights > 0, tf.math.is_finite(client_weights)),
       tf.reduce_all(tf.math.is_finite(rows), axis=1),
@@ -180,6 +182,29 @@ def participants(w, collected, update_type, num_clients):
   return (tf.gather(ids, by_id), models,
           tf.gather(tf.boolean_mask(update['loss'], valid), by_id),
           tf.gather(tf.boolean_mask(client_weights, valid), by_id))
+
+
+def check_ids(ids, num_clients):
+  """`ids` after asserting each is in [-1, N) and none (but -1) repeats.
+
+  The driver-side checks (`identified.with_client_ids`,
+  `IdentifiedDataSource`) refuse such cohorts before a round; this stops a
+  hand-made one from corrupting the history (a repeated id would be cached
+  twice and counted twice in `num_seen`).
+  """
+  in_range = tf.debugging.assert_less(
+      ids, num_clients,
+      message=f'FedCDA: a client id is not below num_clients={num_clients}; '
+      'ids index the population [0, num_clients)')
+  non_negative = tf.debugging.assert_greater_equal(
+      ids, -1, message='FedCDA: a client id is negative')
+  known = tf.sort(tf.boolean_mask(ids, ids >= 0))
+  distinct = tf.debugging.assert_equal(
+      tf.reduce_any(tf.equal(known[1:], known[:-1])), False,
+      message='FedCDA: a client id appears twice in one round; sample each '
+      'round\'s clients without replacement')
+  with tf.control_dependencies([in_range, non_negative, distinct]):
+    return tf.identity(ids)
 
 
 SUMS = ('selected_sum', 'selected_square_sum', 'selected_loss_sum',

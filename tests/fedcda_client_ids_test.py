@@ -1,0 +1,114 @@
+"""FedCDA's client ids: refused mistakes, the same in-state and in a store."""
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+import tff_aggregators
+from tff_aggregators import runtime
+from tff_aggregators.client_works import identified
+from tests import test_utils
+
+_OPTIMIZER = tff.learning.optimizers.build_sgdm(learning_rate=0.5)
+_POPULATION = 6
+_STORES = (('in_state', lambda: None),
+           ('in_memory', tff_aggregators.InMemoryHistoryStore))
+
+
+def setUpModule():
+  runtime.use_local_worker()
+
+
+def _process(store_fn, **kwargs):
+  return tff_aggregators.build_fedcda_process(
+      test_utils.tiny_model_fn, _OPTIMIZER, num_clients=_POPULATION,
+      max_clients=3, warmup_rounds=1, history_store=store_fn(), **kwargs)
+
+
+def _seen(state):
+  return int(np.asarray(state['num_seen'] if 'num_seen' in state
+                        else state.finalizer['num_seen']))
+
+
+class FedCdaClientIdsTest(parameterized.TestCase):
+
+  def setUp(self):
+    super().setUp()
+    self.datasets = test_utils.tiny_client_datasets(_POPULATION)
+
+  def test_cohort_mistakes_are_refused_by_with_client_ids(self):
+    two = self.datasets[:2]
+    for ids, message in (([0, 0], 'appears more than once'),
+                         ([0, 6], r'outside the population \[0, 6\)'),
+                         ([0, -1], 'outside the population'),
+                         (['a', 'b'], 'is a string.*IdentifiedDataSource')):
+      with self.subTest(ids=ids):
+        with self.assertRaisesRegex(ValueError, message):
+          tff_aggregators.with_client_ids(two, ids, num_clients=_POPULATION)
+
+  @parameterized.named_parameters(*_STORES)
+  def test_round_refuses_datasets_without_ids(self, store_fn):
+    process = _process(store_fn)
+    with self.assertRaisesRegex(ValueError, 'needs each client.s id.*'
+                                'with_client_ids'):
+      process.next(process.initialize(), self.datasets[:2])
+
+  @parameterized.named_parameters(*_STORES)
+  def test_round_refuses_a_cohort_above_max_clients(self, store_fn):
+    process = _process(store_fn)
+    data = tff_aggregators.with_client_ids(self.datasets[:4], [0, 1, 2, 3])
+    with self.assertRaisesRegex(ValueError, 'more than max_clients=3'):
+      process.next(process.initialize(), data)
+
+  @parameterized.named_parameters(*_STORES)
+  def test_hand_made_duplicate_fails_the_round(self, store_fn):
+    # with_client_ids refuses duplicates; datasets tagged one by one do not
+    # pass through it, so the round itself must refuse them.
+    process = _process(store_fn)
+    state = process.initialize()
+    data = [identified.attach_client_id(self.datasets[i], i) for i in (0, 1)]
+    data.append(identified.attach_client_id(self.datasets[2], 1))
+    with self.assertRaisesRegex(Exception, 'appears twice in one round'):
+      process.next(state, data)
+
+  @parameterized.named_parameters(*_STORES)
+  def test_hand_made_id_outside_the_population_fails_the_round(
+      self, store_fn):
+    process = _process(store_fn)
+    data = [identified.attach_client_id(self.datasets[0], 0),
+            identified.attach_client_id(self.datasets[1], _POPULATION)]
+    with self.assertRaisesRegex(Exception, 'not below num_clients=6'):
+      process.next(process.initialize(), data)
+
+  @parameterized.named_parameters(*_STORES)
+  def test_valid_rounds_count_each_client_once(self, store_fn):
+    process = _process(store_fn)
+    state = process.initialize()
+    for ids in ([0, 1, 2], [1, 2, 3]):
+      state = process.next(state, tff_aggregators.with_client_ids(
+          [self.datasets[i] for i in ids], ids)).state
+    self.assertEqual(_seen(state), 4)
+
+  def test_population_below_the_cohort_is_refused(self):
+    with self.assertRaisesRegex(ValueError, 'num_clients .* at least '
+                                'max_clients'):
+      tff_aggregators.build_fedcda_process(
+          test_utils.tiny_model_fn, _OPTIMIZER, num_clients=2, max_clients=3)
+
+  def test_empty_client_reports_no_id_and_no_weight(self):
+    work = identified.build_identified_client_work(
+        test_utils.tiny_model_fn, _OPTIMIZER)
+    weights = tf.nest.map_structure(
+        lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(
+            test_utils.tiny_model_fn()))
+    empty = self.datasets[0].take(0)
+    output = work.next(work.initialize(), [weights],
+                       tff_aggregators.with_client_ids([empty], [4]))
+    self.assertEqual(output.result[0].update['client_id'], identified.NO_ID)
+    self.assertEqual(output.result[0].update_weight, 0.0)
+
+
+if __name__ == '__main__':
+  absltest.main()

@@ -1,0 +1,1 @@
+"""Tests written as a user's script: the library in TFF's own program loop."""

@@ -1,0 +1,99 @@
+"""Build-time and per-round checks every `build_<method>_process` shares.
+
+A builder refuses what it cannot run at build time, with one line naming the
+argument and the fix, instead of failing in round 1 inside TFF's runtime:
+
+* `check_model_fn`: a `tff.learning.models.FunctionalModel` (these builders
+  compose TFF's `VariableModel` client works).
+* `check_cohort_size`: the builders that collect every client's update
+  (`CollectAllFactory`: FedLAW, FedSA, FedCDA) hold at most `max_clients`
+  rows; a larger cohort is refused before the round's computation runs.
+
+`with_round_check(process, check)` returns the same
+`tff.learning.templates.LearningProcess` whose `next` runs `check(client_data)`
+in Python first; everything else (types, `initialize`, `get_model_weights`,
+composition with `tff.learning.programs.train_model`) is unchanged.
+"""
+
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow_federated as tff
+
+from tff_aggregators.client_works import with_hparams
+
+check_model_fn = with_hparams.check_model_fn
+
+
+def check_max_clients(max_clients: int, builder: str) -> int:
+  if isinstance(max_clients, bool) or int(max_clients) != max_clients or (
+      max_clients < 1):
+    raise ValueError(
+        f'{builder}: max_clients (the largest cohort a round may have) must '
+        f'be a positive integer, got {max_clients!r}.')
+  return int(max_clients)
+
+
+def check_cohort_size(client_data: Any, max_clients: int,
+                      builder: str) -> None:
+  """Raises `ValueError` if the round has more clients than `max_clients`."""
+  size = len(client_data) if isinstance(client_data, (list, tuple)) else None
+  if size is not None and size > max_clients:
+    raise ValueError(
+        f'This round has {size} clients, more than max_clients={max_clients} '
+        f'given to {builder}: build the process with max_clients >= the '
+        'cohort size.')
+
+
+class _CheckedNext:
+  """A computation's stand-in that checks the client data, then calls it."""
+
+  def __init__(self, computation: tff.Computation,
+               check: Callable[[Any], None]):
+    self._computation = computation
+    self._check = check
+
+  def __call__(self, state, client_data, *args, **kwargs):
+    self._check(client_data)
+    return self._computation(state, client_data, *args, **kwargs)
+
+  def __getattr__(self, name):  # type_signature, etc.
+    return getattr(self._computation, name)
+
+
+class _CheckedLearningProcess(tff.learning.templates.LearningProcess):
+  """A `LearningProcess` whose `next` checks its client data in Python."""
+
+  def __init__(self, process: tff.learning.templates.LearningProcess,
+               check: Callable[[Any], None]):
+    super().__init__(
+        process.initialize,
+        process.next,
+        process.get_model_weights,
+        process.set_model_weights,
+        get_hparams_fn=process.get_hparams,
+        set_hparams_fn=process.set_hparams,
+    )
+    self._checked_next = _CheckedNext(process.next, check)
+
+  @property
+  def next(self):
+    return self._checked_next
+
+
+def with_round_check(
+    process: tff.learning.templates.LearningProcess,
+    check: Callable[[Any], None],
+) -> tff.learning.templates.LearningProcess:
+  """`process`, whose `next` first runs `check(client_data)` in Python."""
+  return _CheckedLearningProcess(process, check)
+
+
+def with_cohort_limit(
+    process: tff.learning.templates.LearningProcess,
+    max_clients: int,
+    builder: str,
+) -> tff.learning.templates.LearningProcess:
+  """`process` refusing a round of more than `max_clients` clients."""
+  return with_round_check(
+      process, lambda data: check_cohort_size(data, max_clients, builder))

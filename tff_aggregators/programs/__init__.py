@@ -1,0 +1,1 @@
+"""`tff.program` pieces for the methods here."""
