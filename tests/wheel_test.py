@@ -19,6 +19,8 @@ import textwrap
 from absl.testing import absltest
 
 from tests import test_utils
+from tff_aggregators import runtime  # pylint: disable=unused-import
+# (Importing it drops TFF's default context, whose __del__ fails at exit.)
 
 _SCRIPT = textwrap.dedent("""
     import asyncio, os, sys, tempfile

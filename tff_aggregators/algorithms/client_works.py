@@ -114,7 +114,7 @@ def build_weighted_fed_prox(
   same order, but the client optimizer's hyperparameters are in the state, so
   `get_hparams`/`set_hparams` (and a client learning-rate schedule) reach the
   clients (TFF 0.87's has none), and the proximal term has the sign of the
-  FedProx paper's (TFF 0.87's is reversed; docs/methods/fedprox.md). The
+  FedProx paper's (TFF 0.87's is reversed; docs/experiments.md). The
   optimizers must be `tff.learning.optimizers`.
   """
   checks.check_model_fn(model_fn, 'build_weighted_fed_prox')
