@@ -16,6 +16,10 @@ computation. In your own script:
   from tff_aggregators import runtime
   runtime.use_local_worker()                 # synchronous calls, as usual
   context = runtime.native_federated_context()  # for tff.learning.programs
+
+TFF's secure sums (`tff.aggregators.SecureSumFactory`, ...) run only with
+`use_local_worker(simulate_secure_aggregation=True)`, which replaces them by
+plain sums (a simulation, no privacy; docs/privacy.md).
 """
 
 import atexit
