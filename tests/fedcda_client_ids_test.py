@@ -97,6 +97,33 @@ class FedCdaClientIdsTest(parameterized.TestCase):
       tff_aggregators.build_fedcda_process(
           test_utils.tiny_model_fn, _OPTIMIZER, num_clients=2, max_clients=3)
 
+  @parameterized.named_parameters(('two_epochs', 2), ('no_epochs', None))
+  def test_clients_train_as_tff_fedavg_on_reshuffled_data(self, epochs):
+    # FedCDA's warm-up is FedAvg: the same delta and weight as TFF's own
+    # client work, also when the data reshuffles at every pass (a second
+    # pass over it, e.g. to count its examples, would train on another
+    # order).
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(24, 3)).astype(np.float32)
+    y = rng.integers(0, 2, size=24).astype(np.int64)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
+        24, seed=9, reshuffle_each_iteration=True).repeat(2).batch(5)
+    weights = tf.nest.map_structure(
+        lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(
+            test_utils.tiny_model_fn()))
+    ours = identified.build_identified_client_work(
+        test_utils.tiny_model_fn, _OPTIMIZER, local_epochs=epochs)
+    tffs = tff.learning.templates.build_model_delta_client_work(
+        test_utils.tiny_model_fn, _OPTIMIZER,
+        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+    got = ours.next(ours.initialize(), [weights],
+                    tff_aggregators.with_client_ids([data], [3])).result[0]
+    want = tffs.next(tffs.initialize(), [weights], [data]).result[0]
+    for a, b in zip(got.update['delta'], want.update):
+      np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+    self.assertEqual(got.update_weight, want.update_weight)
+    self.assertEqual(got.update['client_id'], 3.0)
+
   def test_empty_client_reports_no_id_and_no_weight(self):
     work = identified.build_identified_client_work(
         test_utils.tiny_model_fn, _OPTIMIZER)

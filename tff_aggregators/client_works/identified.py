@@ -201,11 +201,8 @@ def build_identified_client_work(
   def client_update(hparams, initial_weights, client_data):
     train = _build_training(model_fn, optimizer, client_weighting,
                             loop_implementation, local_epochs)
-    client_id = client_data.take(1).reduce(
-        tf.constant(NO_ID, tf.int32), lambda unused, x: x[CLIENT_ID]
-    )
-    delta, weight, loss, outputs = train(
-        initial_weights, client_data.map(lambda x: x[DATA]), hparams)
+    delta, weight, loss, client_id, outputs = train(
+        initial_weights, client_data, hparams)
     value = collections.OrderedDict([
         (DELTA, delta),
         (LOSS, loss),
@@ -224,13 +221,38 @@ def build_identified_client_work(
       metrics_aggregator=metrics_aggregator)
 
 
+def last_epoch_loss(batch_sizes, batch_losses, local_epochs):
+  """The example-weighted mean loss of the last of `local_epochs` passes.
+
+  Args:
+    batch_sizes: float64 [B], the examples of each batch, in training order.
+    batch_losses: float64 [B], each batch's mean loss.
+    local_epochs: E, or None for the mean over all batches.
+
+  Returns:
+    float32 scalar; 0 for no batches. A batch straddling two epochs counts
+    with the share of its examples in the last one.
+  """
+  seen = tf.cumsum(batch_sizes)
+  if local_epochs is None:
+    start = tf.constant(0.0, tf.float64)
+  else:  # The examples before the last of E passes.
+    start = tf.reduce_sum(batch_sizes) * (local_epochs - 1) / local_epochs
+  share = tf.clip_by_value(seen - start, 0.0, batch_sizes)
+  return tf.cast(tf.math.divide_no_nan(
+      tf.reduce_sum(share * batch_losses), tf.reduce_sum(share)), tf.float32)
+
+
 def _build_training(model_fn, optimizer, client_weighting,
                     loop_implementation, local_epochs):
-  """The local training of TFF's model-delta client work, plus the loss.
+  """The local training of TFF's model-delta client work, plus id and loss.
 
   The loop, non-finite handling and weights are those of
-  `build_model_delta_update_with_tff_optimizer` (TFF 0.87); the loop state
-  also accumulates the loss of the last epoch's examples.
+  `build_model_delta_update_with_tff_optimizer` (TFF 0.87). The data is
+  read once, as TFF's work reads it (a second pass would see another order
+  of a dataset shuffled with `reshuffle_each_iteration`): the loop state
+  also keeps the client id and each batch's size and loss, from which the
+  last epoch's loss is computed after the loop (`last_epoch_loss`).
   """
   model = model_fn()
   training_loop = loop_builder.build_training_loop(
@@ -246,19 +268,10 @@ def _build_training(model_fn, optimizer, client_weighting,
   def train(initial_weights, data, hparams):
     weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda a, b: a.assign(b), weights, initial_weights)
-    if local_epochs is None:
-      last_epoch_start = tf.constant(0.0, tf.float64)
-    else:  # The examples before the last of E passes.
-      total = data.reduce(
-          tf.constant(0, tf.int64),
-          lambda n, batch: n + tf.cast(
-              tf.shape(tf.nest.flatten(batch)[0], out_type=tf.int64)[0],
-              tf.int64))
-      last_epoch_start = (tf.cast(total, tf.float64) * (local_epochs - 1)
-                          / local_epochs)
 
-    def reduce_fn(state, batch):
-      num_examples, loss_sum, loss_count, optimizer_state = state
+    def reduce_fn(state, element):
+      num_examples, client_id, sizes, losses, optimizer_state = state
+      batch = element[DATA]
       with tf.GradientTape() as tape:
         output = model.forward_pass(batch, training=True)
       gradients = tape.gradient(output.loss, weights.trainable)
@@ -271,12 +284,11 @@ def _build_training(model_fn, optimizer, client_weighting,
           lambda a, b: a.assign(b), weights.trainable,
           tf.nest.pack_sequence_as(weights.trainable, updated))
       n = batch_size(output)
-      seen = tf.cast(num_examples + n, tf.float64)
-      share = tf.clip_by_value(seen - last_epoch_start, 0.0,
-                               tf.cast(n, tf.float64))
-      return (num_examples + n,
-              loss_sum + share * tf.cast(output.loss, tf.float64),
-              loss_count + share, optimizer_state)
+      index = sizes.size()
+      return (num_examples + n, element[CLIENT_ID],
+              sizes.write(index, tf.cast(n, tf.float64)),
+              losses.write(index, tf.cast(output.loss, tf.float64)),
+              optimizer_state)
 
     def initial_state():
       specs = tf.nest.map_structure(
@@ -285,10 +297,12 @@ def _build_training(model_fn, optimizer, client_weighting,
       )
       optimizer_state = optimizer.set_hparams(
           optimizer.initialize(specs), hparams)
-      zero = tf.constant(0.0, tf.float64)
-      return (tf.constant(0, tf.int64), zero, zero, optimizer_state)
+      array = lambda: tf.TensorArray(tf.float64, size=0, dynamic_size=True,
+                                     element_shape=[])
+      return (tf.constant(0, tf.int64), tf.constant(NO_ID, tf.int32),
+              array(), array(), optimizer_state)
 
-    num_examples, loss_sum, loss_count, _ = training_loop(
+    num_examples, client_id, sizes, losses, _ = training_loop(
         reduce_fn, data, initial_state)
     delta = tf.nest.map_structure(
         tf.subtract, initial_weights.trainable, weights.trainable)
@@ -300,7 +314,8 @@ def _build_training(model_fn, optimizer, client_weighting,
       weight = tf.cast(num_examples, tf.float32)
     else:
       weight = tf.constant(1.0, tf.float32)
-    loss = tf.cast(tf.math.divide_no_nan(loss_sum, loss_count), tf.float32)
-    return delta, weight, loss, model.report_local_unfinalized_metrics()
+    loss = last_epoch_loss(sizes.stack(), losses.stack(), local_epochs)
+    return (delta, weight, loss, client_id,
+            model.report_local_unfinalized_metrics())
 
   return train

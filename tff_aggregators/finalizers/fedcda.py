@@ -14,7 +14,9 @@ excluded, the combination of cached models minimising (eq. 8)
   J = (1/M) sum_n f_n + (L / 2M) sum_n ||w_n - mean||^2
 
 over the M included clients is found exhaustively (candidates newest first;
-ties go to the first, i.e. newer, combination), with the centred
+ties, scores within a relative 1e-9 of the smallest, go to the first, i.e.
+newer, combination, so floating-point noise cannot flip a selection), with
+the centred
 sufficient statistics in float64. The new global model is the
 uniform mean of the selected models of every client seen so far. The
 participants are taken in client-id order before the seeded permutation, so
@@ -207,6 +209,23 @@ def check_ids(ids, num_clients):
     return tf.identity(ids)
 
 
+# Scores this close (relative to the smallest) are a tie: floating-point
+# noise (another summation order, e.g. one core against two) moves a score
+# by about 1e-14 of its size, far below this.
+TIE_RTOL = 1e-9
+
+
+def first_within_tolerance(score):
+  """The first index whose score is within `TIE_RTOL` of the minimum.
+
+  Combinations come newest first, so a tie goes to the newer models, and a
+  near-tie resolves the same way whatever the floating-point noise.
+  """
+  best = tf.reduce_min(score)
+  within = score <= best + TIE_RTOL * tf.abs(best)
+  return tf.argmax(tf.cast(within, tf.int32), output_type=tf.int32)
+
+
 SUMS = ('selected_sum', 'selected_square_sum', 'selected_loss_sum',
         'num_seen')
 
@@ -397,7 +416,7 @@ def build_selection(options: FedCdaOptions, max_clients: int,
             axis=1,
         )
         score = tf.where(feasible, score, np.inf)
-        best_ranks = combos[tf.argmin(score, output_type=tf.int32)]  # [m]
+        best_ranks = combos[first_within_tolerance(score)]  # [m]
         real = tf.boolean_mask(members, active)
         real_ranks = tf.boolean_mask(best_ranks, active)
         ranks = tf.tensor_scatter_nd_update(ranks, real[:, None], real_ranks)
