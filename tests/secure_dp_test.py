@@ -12,7 +12,6 @@ show what a deployment would protect (secure sums) and what it would not
 import math
 
 from absl.testing import absltest
-import grpc
 import numpy as np
 import tensorflow_federated as tff
 import tensorflow_privacy as tfp
@@ -122,8 +121,9 @@ class SecureSumTest(absltest.TestCase):
     factory = tff_aggregators.FedGladFactory(inner_agg_factory=secure_mean())
     try:
       runtime.use_local_worker()  # TFF's native compiler: no secure sum.
-      with self.assertRaisesRegex(grpc.RpcError,
-                                  'Cannot embed a federated value'):
+      with self.assertRaisesRegex(
+          ValueError, 'federated_secure_sum_bitwidth.*'
+          r'use_local_worker\(simulate_secure_aggregation=True\)'):
         run(factory, random_rounds(1, 2))
     finally:
       runtime.use_local_worker(simulate_secure_aggregation=True)
@@ -215,15 +215,23 @@ class SecureSumTest(absltest.TestCase):
     self.assertTrue(any('float32[3,2]' in t for t in leaked), leaked)
 
   def test_build_fedlws_process_sums_its_statistics_in_plain(self):
-    # build_fedlws_process has no argument for FedLwsStatsFactory's
-    # stats_sum_factory: a secure model_aggregator does not make the round
-    # secure. (Compose the process by hand, docs/privacy.md.)
+    # A secure model_aggregator alone does not make the round secure: the
+    # statistics need a secure stats_aggregator too (next test).
     process = tff_aggregators.build_fedlws_process(
         test_utils.tiny_model_fn, _CLIENT_OPTIMIZER,
         model_aggregator=secure_mean(),
         metrics_aggregator=tff.learning.metrics.secure_sum_then_finalize)
     leaked = [t for _, t in plain_aggregations(process.next)]
     self.assertTrue(any('float32[3,2]' in t for t in leaked), leaked)
+
+  def test_build_fedlws_process_with_a_secure_stats_aggregator(self):
+    process = tff_aggregators.build_fedlws_process(
+        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER,
+        model_aggregator=secure_mean(),
+        stats_aggregator=tff.aggregators.SecureSumFactory(100.0),
+        metrics_aggregator=tff.learning.metrics.secure_sum_then_finalize)
+    leaked = [t for _, t in plain_aggregations(process.next)]
+    self.assertFalse(any('float32[3,2]' in t for t in leaked), leaked)
 
   def test_hand_composed_fedlws_process_is_secure(self):
     # The process of docs/privacy.md: build_fedlws_process's pieces with

@@ -190,6 +190,34 @@ def _executor_factory(stub, address: str):
   return tff.framework.ResourceManagingExecutorFactory(stack_fn)
 
 
+def _secure_intrinsics(block) -> set[str]:
+  """The `federated_secure_*` intrinsics anywhere in a building block."""
+  found, pending = set(), [block]
+  while pending:
+    node = pending.pop()
+    if isinstance(node, tff.framework.Intrinsic) and node.uri.startswith(
+        'federated_secure'):
+      found.add(node.uri)
+    pending.extend(node.children())
+  return found
+
+
+def compile_native(comp):
+  """TFF's native compiler, refusing secure sums with the fix named.
+
+  The worker cannot run `federated_secure_*` intrinsics; without this check
+  it fails deep in the runtime with "Cannot embed a federated value".
+  """
+  secure = _secure_intrinsics(comp.to_building_block())
+  if secure:
+    raise ValueError(
+        f'This computation uses {", ".join(sorted(secure))}, which TFF\'s '
+        'local runtime cannot run: simulate it with '
+        'runtime.use_local_worker(simulate_secure_aggregation=True) '
+        '(secure sums become plain sums; docs/privacy.md).')
+  return tff.backends.native.desugar_and_transform_to_native(comp)
+
+
 def compile_simulating_secure_aggregation(comp):
   """TFF's test-backend compiler: secure sums become plain sums, then native.
 
@@ -223,7 +251,7 @@ def _context(stub, address: str, *, asynchronous: bool,
       compiler_fn=(
           compile_simulating_secure_aggregation
           if simulate_secure_aggregation
-          else tff.backends.native.desugar_and_transform_to_native
+          else compile_native
       ),
       transform_args=tff.tensorflow.transform_args,
       transform_result=tff.tensorflow.transform_result,

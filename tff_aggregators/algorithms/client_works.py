@@ -126,7 +126,10 @@ def build_weighted_fed_prox(
                     tff.aggregators.WeightedAggregationFactory):
     raise TypeError(
         'model_aggregator must be a tff.aggregators.'
-        f'WeightedAggregationFactory, got {model_aggregator!r}.'
+        'WeightedAggregationFactory; wrap an unweighted one (e.g. '
+        'DifferentiallyPrivateFactory) in '
+        'tff.aggregators.as_weighted_aggregator (weights ignored), got '
+        f'{model_aggregator!r}.'
     )
   initial_weights_fn = initial_model_weights_fn(model_fn)
   model_weights_type = initial_weights_fn.type_signature.result

@@ -23,6 +23,8 @@ def build_fedlws_process(
     model_distributor: Optional[
         tff.learning.templates.DistributionProcess] = None,
     model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    stats_aggregator: Optional[
+        tff.aggregators.UnweightedAggregationFactory] = None,
     metrics_aggregator=None,
     loop_implementation: tff.learning.LoopImplementation = (
         tff.learning.LoopImplementation.DATASET_REDUCE
@@ -49,6 +51,11 @@ def build_fedlws_process(
     model_aggregator: The weighted mean factory for the update (the
       `inner_agg_factory` of `FedLwsStatsFactory`; default
       `MeanFactory(no_nan_division=True)`), e.g. with clipping in front.
+    stats_aggregator: The unweighted sum factory for FedLWS's statistics
+      (the `stats_sum_factory` of `FedLwsStatsFactory`: each client's
+      update, count and squared norms; default `SumFactory()`). With a
+      secure or DP `model_aggregator`, give a matching one here, or the
+      statistics are summed in plain (docs/privacy.md).
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
     proximal_strength: FedProx's mu on the clients; 0 is FedAvg.
@@ -83,7 +90,8 @@ def build_fedlws_process(
       loop_implementation=loop_implementation,
   )
   aggregator = fedlws_stats.FedLwsStatsFactory(
-      groups, tau_mode=tau_mode, inner_agg_factory=model_aggregator
+      groups, tau_mode=tau_mode, inner_agg_factory=model_aggregator,
+      stats_sum_factory=stats_aggregator,
   ).create(model_weights_type.trainable, tff.TensorType(np.float32))
   finalizer = fedlws.build_fedlws_finalizer(
       server_optimizer_fn, model_weights_type, groups=groups, beta=beta,
