@@ -449,11 +449,14 @@ def _summarise(config: TrainingConfig) -> dict[str, Any]:
       total_train_seconds=float(np.sum(seconds)),
       dropped_clients=int(sum(float(r.get(_DROPPED_COLUMN) or 0)
                               for r in rows)),
+      rejected_steps=int(sum(float(r.get(_REJECTED_COLUMN) or 0)
+                             for r in rows)),
       warnings=warnings,
   )
 
 
 _DROPPED_COLUMN = f'clients/{NUM_DROPPED_CLIENTS}'
+_REJECTED_COLUMN = 'train/finalizer/update_non_finite'
 _LOSS_COLUMN = 'train/client_work/train/loss'
 # A cross-entropy above this means the clients diverge (ln 10000 is 9.2).
 _DIVERGING_LOSS = 1e3
@@ -595,6 +598,10 @@ def _check_contributed(config: TrainingConfig, round_num: int,
   return empty_streak
 
 
+def _step_rejected(metrics: dict[str, Any]) -> bool:
+  return bool(metrics.get('finalizer', {}).get('update_non_finite'))
+
+
 def _log_round(config, round_num, released, train_loss, round_seconds):
   accuracy = released.get('test', {}).get(config.accuracy_metric)
   examples = _find(released['train'], 'num_examples')
@@ -646,42 +653,23 @@ async def _train(
     config: TrainingConfig,
 ) -> Optional[int]:
   """The loop (see `train`); returns the signal that stopped it, if any."""
-  state = process.set_model_weights(process.initialize(), initial_weights)
-  if config.schedules_client_lr:  # Fails now, not after the first round.
-    _set_client_learning_rate(process, state, config.client_lr)
-  state_manager = CheckpointManager(
-      os.path.join(config.output_dir, CHECKPOINT_DIR), config.keep_checkpoints
-  )
-  metrics_manager = tff.program.GroupingReleaseManager([
-      tff.program.CSVFileReleaseManager(
-          os.path.join(config.output_dir, METRICS_CSV)
-      ),
-      tff.program.TensorBoardReleaseManager(
-          os.path.join(config.output_dir, TENSORBOARD_DIR)
-      ),
-  ])
-  state, start_round = await _load_or_save_initial(
-      process, state_manager, state)
-  if start_round == config.rounds:
-    logging.info('%s holds the finished run of %d rounds: nothing to train.',
-                 config.output_dir, start_round)
-    return None
-  if start_round > config.rounds:
-    logging.warning(
-        '%s already holds %d rounds, more than --rounds=%d: nothing to '
-        'train. For a shorter run, use another --output_dir or --overwrite.',
-        config.output_dir, start_round, config.rounds)
-    return None
-  cohort_fn = (
-      sampler.identified_cohort
-      if identified.expects_client_ids(process)
-      else sampler.cohort
-  )
-  empty_streak = 0
-  round_num = start_round
+  round_num = 0
   with _StopOnSignal(lambda: f'stopping once round {round_num} is saved; '
                      'rerun the same command to resume.') as stop:
+    state, start_round, state_manager = await _start(
+        process, initial_weights, config)
+    if _finished(config, start_round):
+      return None
+    metrics_manager = _metrics_manager(config)
+    cohort_fn = (
+        sampler.identified_cohort
+        if identified.expects_client_ids(process)
+        else sampler.cohort
+    )
+    empty_streak = 0
     for round_num in range(start_round + 1, config.rounds + 1):
+      if stop.signum is not None:  # It came before this round started.
+        return stop.signum
       output, released, train_loss = _run_round(
           process, state, sampler, cohort_fn, evaluator, config, round_num)
       _check_finite(config, round_num, process.get_model_weights(
@@ -689,6 +677,11 @@ async def _train(
       empty_streak = _check_contributed(
           config, round_num, released.get('clients'),
           config.clients_per_round, empty_streak)
+      if not empty_streak and _step_rejected(output.metrics):
+        logging.warning(
+            'Round %d: the server step was non-finite or overflowed and was '
+            'rejected (the model is unchanged): lower --server_lr.',
+            round_num)
       state = output.state
       # Metrics first: a kill before the save re-runs this round, whose
       # release then replaces the row; the reverse order would lose the row.
@@ -696,9 +689,44 @@ async def _train(
       await state_manager.save((state, round_num), version=round_num)
       _log_round(config, round_num, released, train_loss,
                  released['round_seconds'])
-      if stop.signum is not None:
-        return stop.signum
-  return None
+  return stop.signum
+
+
+async def _start(process, initial_weights, config):
+  """(state, its round, the checkpoint manager): resumed or initial."""
+  state = process.set_model_weights(process.initialize(), initial_weights)
+  if config.schedules_client_lr:  # Fails now, not after the first round.
+    _set_client_learning_rate(process, state, config.client_lr)
+  state_manager = CheckpointManager(
+      os.path.join(config.output_dir, CHECKPOINT_DIR), config.keep_checkpoints
+  )
+  state, start_round = await _load_or_save_initial(
+      process, state_manager, state)
+  return state, start_round, state_manager
+
+
+def _metrics_manager(config: TrainingConfig):
+  return tff.program.GroupingReleaseManager([
+      tff.program.CSVFileReleaseManager(
+          os.path.join(config.output_dir, METRICS_CSV)
+      ),
+      tff.program.TensorBoardReleaseManager(
+          os.path.join(config.output_dir, TENSORBOARD_DIR)
+      ),
+  ])
+
+
+def _finished(config: TrainingConfig, start_round: int) -> bool:
+  """Whether the saved run already has `config.rounds` (says so if so)."""
+  if start_round == config.rounds:
+    logging.info('%s holds the finished run of %d rounds: nothing to train.',
+                 config.output_dir, start_round)
+  elif start_round > config.rounds:
+    logging.warning(
+        '%s already holds %d rounds, more than --rounds=%d: nothing to '
+        'train. For a shorter run, use another --output_dir or --overwrite.',
+        config.output_dir, start_round, config.rounds)
+  return start_round >= config.rounds
 
 
 def train(

@@ -204,6 +204,72 @@ class FedAvgTrainingTest(absltest.TestCase):
     )
 
 
+class DroppedClientsTest(absltest.TestCase):
+  """Every method's measurements map to one dropped-clients measurement."""
+
+  def _dropped(self, metrics, num_empty=0):
+    counts = training.dropped_clients(metrics, 5, num_empty)
+    return None if counts is None else tuple(counts.values())
+
+  def test_each_method_s_measurements(self):
+    trained = dict(client_work=dict(train=dict(num_examples=100)))
+    cases = {
+        # FedAvg (TFF's finalizer): all or nothing.
+        'fedavg': (dict(finalizer=dict(update_non_finite=1)), (5, 5, 0)),
+        'fedavg_ok': (dict(finalizer=dict(update_non_finite=0)), (0, 0, 0)),
+        # FedLAW and FedSA: native; the collect-all aggregator (FedCDA).
+        'native': (dict(finalizer=dict(num_dropped_clients=2)), (2, 2, 0)),
+        'collect': (dict(aggregator=dict(num_non_finite_clients=1,
+                                         num_zero_weight_clients=2)),
+                    (3, 3, 0)),
+        # FedLWS: contributing clients per layer group.
+        'fedlws': (dict(aggregator=dict(num_clients=[4.0, 4.0])), (1, 1, 0)),
+        'unknown': (dict(finalizer=dict(gamma=1.0)), None),
+    }
+    for name, (metrics, want) in cases.items():
+      with self.subTest(name):
+        self.assertEqual(self._dropped(dict(metrics, **trained)), want)
+    # No example trained: every client was dropped (FedGLAD reports no more).
+    self.assertEqual(
+        self._dropped(dict(client_work=dict(train=dict(num_examples=0)))),
+        (5, 5, 0))
+    # Clients without data count as zero weight, the rest as non-finite.
+    self.assertEqual(
+        self._dropped(dict(finalizer=dict(num_dropped_clients=3)), 1),
+        (3, 2, 1))
+
+  def test_empty_rounds_stop_at_the_limit(self):
+    config = training.TrainingConfig(
+        rounds=5, clients_per_round=5, seed=0, output_dir='/nonexistent',
+        max_empty_rounds=2, client_lr=1e4)
+    empty = training.dropped_clients(
+        dict(finalizer=dict(update_non_finite=1)), 5, 0)
+    streak = training._check_contributed(config, 1, empty, 5, 0)  # pylint: disable=protected-access
+    self.assertEqual(streak, 1)
+    with self.assertRaisesRegex(
+        training.NoClientContributedError,
+        r'Round 2: no client contributed; 5 of 5 updates were non-finite.*'
+        r'lower --client_lr \(now 10000.0\)'):
+      training._check_contributed(config, 2, empty, 5, streak)  # pylint: disable=protected-access
+
+  def test_chance_and_loss_warnings(self):
+    config = training.TrainingConfig(
+        rounds=6, clients_per_round=5, seed=0, output_dir='/nonexistent',
+        chance_rounds=3, chance_accuracy=0.1)
+    warnings = training._chance_warnings(  # pylint: disable=protected-access
+        config, [1, 2, 3, 4], [0.05, 0.1, 0.12, 0.3])
+    self.assertLen(warnings, 1)
+    self.assertIn('at chance', warnings[0])
+    self.assertEmpty(training._chance_warnings(  # pylint: disable=protected-access
+        config, [1, 2, 3], [0.05, 0.3, 0.1]))
+    rows = [{'key': '1', 'train/client_work/train/loss': '2.3'},
+            {'key': '2', 'train/client_work/train/loss': '1e18'},
+            {'key': '3', 'train/client_work/train/loss': 'nan'}]
+    warnings = training._loss_warnings(rows)  # pylint: disable=protected-access
+    self.assertLen(warnings, 1)
+    self.assertIn('rounds [2, 3]', warnings[0])
+
+
 class ScheduleTest(absltest.TestCase):
 
   @classmethod
