@@ -4,7 +4,8 @@ Built by TFF's own task builders (`tff.simulation.baselines`), with their data
 read by `tff.simulation.datasets` from `<cache_dir>/<name>.sqlite`. Nothing is
 downloaded: without the files, `check_data` says which file to get and how.
 Defaults follow Reddi et al., "Adaptive Federated Optimization" (ICLR 2021),
-as recorded in `../shared/notes/benchmark-targets.md`.
+as recorded in google-research/federated `optimization/docs/hyperparameters.md`
+(docs/tasks.md).
 """
 
 import collections

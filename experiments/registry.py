@@ -255,18 +255,20 @@ FEDSA_CLUSTERS = flags.DEFINE_integer(
 )
 FEDSA_ALPHA_NORMALIZATION = flags.DEFINE_enum(
     'fedsa_alpha_normalization', 'sum_to_one', fedsa.ALPHA_NORMALIZATIONS,
-    'FedSA cluster weights: normalised to sum 1 (spec) or literal Eq. 14.',
+    'FedSA cluster weights: normalised to sum 1 (our default) or literal '
+    'Eq. 14.',
 )
 FEDSA_MIC_NORMALIZATION = flags.DEFINE_enum(
     'fedsa_mic_normalization', 'per_coordinate_minmax',
-    fedsa.MIC_NORMALIZATIONS, 'FedSA Micro-Class binning (spec 2.4).',
+    fedsa.MIC_NORMALIZATIONS, 'FedSA Micro-Class binning (Eq. 8; the paper leaves its scale N '
+    'undefined).',
 )
 FEDSA_MIC_SCALE = flags.DEFINE_float(
     'fedsa_mic_scale', 4.0, "N of Eq. 8 for --fedsa_mic_normalization=raw."
 )
 FEDSA_ZERO_MEAN_POLICY = flags.DEFINE_enum(
     'fedsa_zero_mean_policy', 'inf_is_high', fedsa.ZERO_MEAN_POLICIES,
-    'FedSA cv at a zero mean (spec 5.1).',
+    'FedSA cv (Eq. 4) at a zero mean, which the paper leaves undefined.',
 )
 FEDSA_WEIGHTED_MEAN = flags.DEFINE_bool(
     'fedsa_weighted_mean', False,
@@ -274,7 +276,7 @@ FEDSA_WEIGHTED_MEAN = flags.DEFINE_bool(
 )
 FEDSA_LATE_JOIN_MODE = flags.DEFINE_enum(
     'fedsa_late_join_mode', 'greedy_update', fedsa.LATE_JOIN_MODES,
-    'FedSA joins after S clusters exist (spec 2.6).',
+    'FedSA joins after S clusters exist (Step 3 of the paper).',
 )
 FEDSA_CLUSTER_SCOPE = flags.DEFINE_enum(
     'fedsa_cluster_scope', 'per_tensor', fedsa.CLUSTER_SCOPES,

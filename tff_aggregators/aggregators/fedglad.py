@@ -2,7 +2,7 @@
 
 Yang et al., "When to Trust Aggregated Gradients: Addressing Negative Client
 Sampling in Federated Learning", TMLR 2023. Per parameter group P and round t
-(spec `fedglad.md` section 2.3):
+(Eqs. 9-15, Algorithm 1; docs/methods/fedglad.md):
 
   q_P   = sum_k a_k ||g_kP||^2          weighted mean squared client norm
   gbar_P = sum_k a_k g_kP               the ordinary aggregated update
@@ -19,7 +19,7 @@ client's update: any sum the inner factory can do (secure sums included)
 works. Wrap it in TFF's clipping or zeroing factories, not the reverse, so the
 norms are those of the values actually averaged.
 
-Decisions (spec sections 2.7, 5, 9):
+Decisions where the paper and the authors' code are silent or differ:
 * Groups: `grouping='per_variable'` (default) has one group per leaf (one per
   trainable variable); `'universal'` has one group for the whole model.
 * Numerics: GSI^2 = max((q + eps) / (||gbar||^2 + eps), 1), eps = 1e-12 on the
@@ -28,7 +28,7 @@ Decisions (spec sections 2.7, 5, 9):
 * Degenerate groups: if q or ||gbar||^2 is <= `tiny`, or anything is
   non-finite (a NaN update, zero total weight, an empty cohort), the group
   gets s = 1 and its B is neither initialised nor updated (the official code
-  has no guard; spec section 5). The round counter still advances.
+  has no guard). The round counter still advances.
 * The bounds use the round counter t of this process (rounds it aggregated),
   starting at 0, so the first round is exactly FedAvg.
 """

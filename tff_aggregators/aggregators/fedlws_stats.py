@@ -1,7 +1,7 @@
 """FedLWS statistics: the mean update and the per-layer client dispersion.
 
 Li et al., "FedLWS: Federated Learning with Adaptive Layer-wise Weight
-Shrinking", ICLR 2025. The shrink factor of layer l (spec `fedlws.md` 2.2,
+Shrinking", ICLR 2025. The shrink factor of layer l (Eq. 8,
 paper Eq. 8) needs, besides the weighted mean update, the dispersion
 
   tau_l = (1/K) sum_k || g_kl - gbar_l ||,   gbar = (1/K) sum_k g_k   (Eq. 4)
@@ -9,14 +9,14 @@ paper Eq. 8) needs, besides the weighted mean update, the dispersion
 over the K valid clients of the round: the *unweighted* mean of the clients'
 deviation *norms* from their *unweighted* mean. It is not a function of sums
 of the updates, so `tau_mode='exact'` (default) computes it in two phases
-without the server seeing any single update (spec 2.6, item 1):
+without the server seeing any single update:
 
   A. sum_k v_k g_k and K = sum_k v_k   (v_k = 1 for a valid client, else 0)
   B. broadcast gbar = A / K; each client sends its L deviation norms; sum.
 
 A client is valid if its weight is positive and its update finite (TFF's
 client work gives a non-finite update weight 0). `tau_mode='rms'` is the
-spec's one-pass variant (section 4.6, not the paper's quantity):
+our one-pass variant (secure-sum friendly; not the paper's quantity):
 tau_l = sqrt(max(0, mean_k ||g_kl||^2 - ||gbar_l||^2)) >= the exact tau_l.
 
 The result is `OrderedDict(mean_update=<weighted mean, value type>,

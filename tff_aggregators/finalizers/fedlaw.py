@@ -1,7 +1,7 @@
 """FedLAW: global weight shrinking and client weights learned on proxy data.
 
 Li et al., "Revisiting Weighted Aggregation in Federated Learning with Neural
-Networks", ICML 2023 (spec `fedlaw.md` sections 2-4). Each round the server
+Networks", ICML 2023 (Sections 4-6, Appendix C). Each round the server
 turns the collected client deltas into client models W_i = w - delta_i and
 finds
 
@@ -15,7 +15,7 @@ server epochs (StepLR), `server_epochs` passes over the proxy set in batches
 of `proxy_batch_size` reshuffled every epoch (last partial batch kept). The
 new global model is gamma* sum_i lambda*_i W_i (last iterate).
 
-Gradients use the closed form of spec 2.3: with G the gradient of the proxy
+Gradients use a closed form: with G the gradient of the proxy
 loss at the combined weights w and c_i = <G, W_i>, c_bar = sum lambda_i c_i,
 
   dL/dx_gamma = gamma c_bar,    dL/dx_lambda_k = gamma lambda_k (c_k - c_bar)
@@ -25,8 +25,8 @@ so one step is one forward/backward pass of the model on a proxy batch.
 Variants (`variant`): 'fedlaw' (both), 'gamma' (adaptive GWS, lambda = p),
 'lambda' (attentive LAW, gamma = 1), 'swa' (the official code's order:
 lambda with stochastic weight averaging for server_epochs // 2 epochs, then
-gamma for server_epochs // 2; spec 4.3), 'fixed_gamma' (gamma fixed, no
-proxy data, spec 4.4).
+gamma for server_epochs // 2, as the authors' code), 'fixed_gamma' (gamma
+fixed, no proxy data; Section 4.1, Tables 1 and 9).
 
 The proxy set reaches the computation as constants: `build_fedlaw_finalizer`
 takes arrays or a `tf.data.Dataset` of (x, y) examples, reads it once into
@@ -41,7 +41,7 @@ the model is unchanged. A non-finite search result falls back to FedAvg
 (gamma = 1, lambda = p) and counts in the measurement `fallback`. Only
 trainable weights are combined; non-trainable ones pass through (models with
 BatchNormalization are refused: their statistics would need the server-side
-handling of spec 2.5, which is not implemented).
+handling of the authors' code, which is not implemented).
 """
 
 import collections
@@ -115,7 +115,7 @@ def check_no_batch_normalization(model_fn: Callable[[], Any]) -> None:
         raise ValueError(
             f'FedLAW does not support BatchNormalization (layer '
             f'{layer.name!r}): its moving statistics would have to be '
-            're-estimated on the server (spec fedlaw.md 2.5). Use GroupNorm '
+            're-estimated on the server (as the authors\' code does). Use GroupNorm '
             'or LayerNorm instead.'
         )
 
@@ -126,7 +126,7 @@ def _step_lr(server_lr, epoch):
 
 
 def _swa_lr(server_lr, epoch):
-  """The official SWA stage-1 schedule (spec 4.3)."""
+  """The SWA stage-1 schedule of the authors' code."""
   epoch = tf.cast(epoch, tf.float32)
   cosine = lambda e: server_lr * (1 + tf.cos(math.pi * e / _COSINE_T_MAX)) / 2
   base = cosine(float(_SWA_START_EPOCH))
@@ -171,7 +171,7 @@ def build_fedlaw_finalizer(
     proxy_batch_size: B_s (128).
     fixed_gamma: gamma for `variant='fixed_gamma'`.
     proxy_loss_fn: `(y, logits) -> mean loss`; default sparse categorical
-      cross-entropy on logits (no regularization terms, spec section 5).
+      cross-entropy on logits (no regularization terms in the proxy loss).
     seed: Seeds the proxy shuffling (with the round number).
 
   Returns:

@@ -1,6 +1,6 @@
 """FedLWS: the aggregated global model shrunk layer by layer.
 
-Li et al., ICLR 2025 (spec `fedlws.md` 2.2-2.4). After the server optimizer
+Li et al., ICLR 2025 (Eqs. 4, 8-9, Algorithm 1). After the server optimizer
 has produced w_hat from the previous global model w and the mean update, per
 layer (group) l:
 
@@ -10,10 +10,10 @@ layer (group) l:
 
 tau_l comes from `tff_aggregators.aggregators.fedlws_stats`. With server SGD
 at learning rate 1 (the paper's setting) w_hat is FedAvg's model; with any
-other server optimizer d = w_hat - w is the optimizer's step (spec 3,
-"server/global lr").
+other server optimizer d = w_hat - w is the optimizer's step (the
+eta_g g_g of Eq. 8, the "server/global lr").
 
-Guards (spec section 5): gamma_l = 1 when ||w_l|| = 0 (a zero-initialised
+Guards (our additions): gamma_l = 1 when ||w_l|| = 0 (a zero-initialised
 group would otherwise stay zero for ever), when the denominator is <= 1e-12,
 when no client was valid, or when anything is non-finite. A non-finite step,
 or one whose norms overflow float32 (which would make gamma 0 and zero the
@@ -51,7 +51,7 @@ def layer_groups(
 
   Args:
     variable_names: `[v.name for v in model.trainable_variables]`.
-    grouping: `'layer'` (spec 8.7 "paper"): walk the variables in order and
+    grouping: `'layer'` (the authors' rule): walk the variables in order and
       close a group after every bias or normalization beta, so a layer's
       kernel and bias share a factor and a bias-free convolution joins the
       normalization after it; trailing variables join the last group.
@@ -110,7 +110,7 @@ def _feeding_layer(layer):
 
 
 def keras_layer_groups(keras_model: tf.keras.Model) -> list[list[int]]:
-  """The `'layer'` grouping from a Keras model's connectivity (spec 8.7).
+  """The `'layer'` grouping from a Keras model's connectivity.
 
   Each layer with trainable weights is a group, except that a normalization
   layer joins the bias-free convolution or dense layer that feeds it. Unlike
@@ -180,7 +180,7 @@ def shrink_factors(
     tau_clip: Optional[tuple[float, float]],
     num_clients: tf.Tensor,
 ) -> tuple[tf.Tensor, tf.Tensor]:
-  """(gamma [L], b [L]) of Eq. 8 with the guards of spec section 5."""
+  """(gamma [L], b [L]) of Eq. 8 with the guards of the module docstring."""
   b = beta * tau
   if tau_clip is not None:
     b = tf.clip_by_value(b, tau_clip[0], tau_clip[1])

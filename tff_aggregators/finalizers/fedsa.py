@@ -1,7 +1,7 @@
 """FedSA: skew-aware aggregation of high-dispersion parameters.
 
 Wang et al., "The Key of Parameter Skew in Federated Learning" (arXiv
-2408.11278v1; spec `fedsa.md` section 2). For every trainable tensor, over
+2408.11278v1; Section 3, Algorithm 1). For every trainable tensor, over
 the K valid clients' models X [K, M] (unweighted, Eq. 2):
 
   cv[m]  = sigma[m] / |mu[m]|, min-max normalised in the tensor    (Eqs. 4-5)
@@ -9,8 +9,8 @@ the K valid clients' models X [K, M] (unweighted, Eq. 2):
   cat    = ceil(C * s) in 1..C, s the clients' squared deviations at each
            m in H min-max normalised over the clients             (Eqs. 8-9)
   SIM    = share of H where two clients have the same category    (Eq. 10)
-  clusters by the spec's greedy average-linkage GREEDY_MAC (at most S
-           clusters, late joins above sim_t; spec 2.6)
+  clusters by greedy average linkage, GREEDY_MAC (Steps 1-3: at most S
+           clusters, late joins above sim_t)
   MAC_s  = mode of the members' categories; wbar_s their mean     (Eqs. 11-12)
   alpha  = n_s[MAC_s[m]] / (S C), normalised to sum 1 over the clusters
   out[H] = sum_s alpha_s wbar_s                                   (Eqs. 13-15)
@@ -21,7 +21,7 @@ min-max normalised squared deviations (`N = C`); `alpha_normalization=
 mu = 0 < sigma gives cv = inf (high dispersion), min and max over finite cv.
 Ties: smallest pair (row-major), join wins over a new pair on equality,
 smallest cluster then client, smallest category. Ties depend on the client
-order; the spec asks for a stable one, and TFF gives no client ids, so the
+order; we want a stable one, and TFF gives no client ids, so the
 clients are put in a canonical order (by a fixed random projection of their
 models): the result does not depend on the order clients arrive in.
 
@@ -58,7 +58,7 @@ def greedy_macro_classes(
     sim_threshold: float,
     late_join_mode: str = 'greedy_update',
 ) -> tf.Tensor:
-  """GREEDY_MAC of spec 2.6: int32 [K], a cluster id or -1 (unclustered).
+  """GREEDY_MAC (Steps 1-3): int32 [K], a cluster id or -1 (unclustered).
 
   Args:
     sim: float32 [K, K] client similarities.
@@ -321,7 +321,7 @@ def build_fedsa_finalizer(
 
   Args:
     model_weights_type: The `tff.learning.models.ModelWeights` type.
-    **options: The options of `fedsa`, with the spec's defaults:
+    **options: The options of `fedsa`, with their defaults:
       cv_threshold (cv_t, 0.2), sim_threshold (sim_t, 0.2), num_categories
       (C: paper 4 CIFAR-10, 5 CIFAR-100, 8 Tiny-ImageNet), max_clusters (S,
       as C), alpha_normalization ('sum_to_one' | 'literal', Eq. 14 as

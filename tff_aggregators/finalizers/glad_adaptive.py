@@ -1,8 +1,8 @@
 """FedGLAD with an adaptive server optimizer: only the first moment is scaled.
 
 With Adam (or Yogi) on the server, FedGLAD scales the update that enters the
-first moment and leaves the second moment on the unscaled update (spec
-`fedglad.md` section 2.5, paper Algorithm 1 lines 8-10 and Appendix E):
+first moment and leaves the second moment on the unscaled update (paper
+Section 3.4, Algorithm 1 lines 8-10 and Appendix E):
 
   m <- beta_1 m + (1 - beta_1) s * gbar
   v <- beta_2 v + (1 - beta_2) gbar^2                       (Adam)
@@ -10,7 +10,7 @@ first moment and leaves the second moment on the unscaled update (spec
   w <- w - lr sqrt(1 - beta_2^n) / (1 - beta_1^n) m / (sqrt(v) + eps)
 
 Shrinking gbar would shrink v too and so raise Adam's step; scaling only m
-avoids that. The Yogi rule is the spec's extrapolation (not in the paper).
+avoids that. The Yogi rule is our extrapolation (not in the paper).
 
 `build_glad_adaptive_finalizer` takes the server optimizer as built by
 `tff.learning.optimizers.build_adam` or `build_yogi`: its state, initial
@@ -54,7 +54,7 @@ def build_glad_adaptive_finalizer(
 
   Args:
     optimizer: `tff.learning.optimizers.build_adam(...)` or `build_yogi(...)`;
-      its hyperparameters (and state layout) are used. The spec's Adam uses
+      its hyperparameters (and state layout) are used. The authors' Adam uses
       epsilon=1e-8 (TFF's default is 1e-7).
     model_weights_type: The `tff.learning.models.ModelWeights` type.
 
