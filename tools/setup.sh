@@ -21,11 +21,15 @@ if [ ${#missing[@]} -gt 0 ]; then
     "${DEBIAN_PACKAGES[@]}" >/dev/null
 fi
 
+# The interpreter the venv is built from: never the venv's own (make puts
+# .venv/bin first on PATH, and the venv is removed before it is rebuilt).
 python=""
 for candidate in python3.11 python3; do
-  if command -v "$candidate" >/dev/null 2>&1 && "$candidate" -c \
+  path="$(PATH="$(echo "$PATH" | tr ':' '\n' | grep -vx "$PWD/$VENV/bin" \
+    | paste -sd:)" command -v "$candidate" 2>/dev/null || true)"
+  if [ -n "$path" ] && "$path" -c \
       'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
-    python="$candidate"; break
+    python="$path"; break
   fi
 done
 if [ -z "$python" ]; then
