@@ -598,8 +598,18 @@ def _check_contributed(config: TrainingConfig, round_num: int,
   return empty_streak
 
 
+def _diverging(train_loss) -> bool:
+  return train_loss is not None and not train_loss <= _DIVERGING_LOSS
+
+
 def _step_rejected(metrics: dict[str, Any]) -> bool:
   return bool(metrics.get('finalizer', {}).get('update_non_finite'))
+
+
+def _format_loss(loss: Optional[float]) -> str:
+  if loss is None:
+    return '-'
+  return f'{loss:.4f}' if abs(loss) < 1e6 else f'{loss:.4g}'
 
 
 def _log_round(config, round_num, released, train_loss, round_seconds):
@@ -611,7 +621,7 @@ def _log_round(config, round_num, released, train_loss, round_seconds):
       'round %4d/%d  train loss %s  test accuracy %s  dropped %s  %.2f s',
       round_num,
       config.rounds,
-      f'{train_loss:.4f}' if train_loss is not None else '-',
+      _format_loss(train_loss),
       f'{accuracy:.4f}' if accuracy is not None else '-',
       released.get('clients', {}).get(NUM_DROPPED_CLIENTS, '-'),
       round_seconds,
@@ -666,7 +676,7 @@ async def _train(
         if identified.expects_client_ids(process)
         else sampler.cohort
     )
-    empty_streak = 0
+    empty_streak, warned_loss = 0, False
     for round_num in range(start_round + 1, config.rounds + 1):
       if stop.signum is not None:  # It came before this round started.
         return stop.signum
@@ -677,6 +687,11 @@ async def _train(
       empty_streak = _check_contributed(
           config, round_num, released.get('clients'),
           config.clients_per_round, empty_streak)
+      if not warned_loss and _diverging(train_loss):
+        warned_loss = True
+        logging.warning('Round %d: training loss %s (above %g): clients '
+                        'diverge; lower --client_lr.', round_num, train_loss,
+                        _DIVERGING_LOSS)
       if not empty_streak and _step_rejected(output.metrics):
         logging.warning(
             'Round %d: the server step was non-finite or overflowed and was '
@@ -754,6 +769,14 @@ def train(
 
   Returns:
     The summary written to `summary.json`.
+
+  Raises:
+    TrainingDivergedError: A non-finite model or metric, or (its subclass
+      `NoClientContributedError`) `config.max_empty_rounds` empty rounds in
+      a row; the rounds before are saved.
+    CheckpointDamagedError: No saved round of the directory can be read.
+    StopRequested: SIGINT or SIGTERM (its signal number is `args[0]`); the
+      summary of the saved rounds is written first.
   """
   os.makedirs(config.output_dir, exist_ok=True)
   sampler = ClientSampler(task.datasets, config.clients_per_round, config.seed)
