@@ -1,0 +1,447 @@
+"""FedAvg client work whose client optimizer state persists per client.
+
+TFF's model-delta client work starts every client from
+`optimizer.initialize` each round, so a client's momentum (or Adam moments)
+is lost between rounds. Here each client keeps its optimizer state from the
+last round it took part in, as a PyTorch client that keeps its optimizer
+object does. The rule, for client k of a round, with the current
+hyperparameters h (the process's `get_hparams`, e.g. a learning-rate
+schedule's):
+
+  s_k <- set_hparams(S[k] if client k has trained before
+                     else initialize(trainable specs), h)
+  train on the client's data exactly as TFF's model-delta client work
+  S[k] <- the optimizer state after the last local step (not written if the
+          delta is non-finite or the dataset is empty)
+
+Clients not in the round keep S[k] untouched. S holds the optimizer state
+without its hyperparameters (SGD with momentum: the accumulator, one value
+per parameter; Adam: two moments and the step count).
+
+Where S lives: in the client work's TFF state, a table with one
+[num_clients, *shape] tensor per leaf of the per-client optimizer state and
+a bool [num_clients] "has state" flag. `next` broadcasts the table, each
+client takes its row by its id (carried in its data: `with_client_ids`,
+elements `OrderedDict(data=<batch>, client_id=int32)`, read in the same
+single pass over the data as the training), and returns its new row with
+its id; `CollectAllFactory(max_clients)` brings the rows to the server,
+where they are written into the table by id. Memory: num_clients x
+optimizer slots x parameters x 4 bytes in the state, and the same again
+broadcast to every client each round; refused above `max_state_bytes`.
+
+The client's result (`update` = initial minus trained trainable weights,
+`update_weight` = its examples or 1, 0 for a non-finite update) and the
+`train` metrics are those of `tff.learning.templates.
+build_model_delta_client_work`, so any aggregator and finalizer composes
+with it through `tff.learning.templates.compose_learning_process`.
+"""
+
+import collections
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tensorflow_federated.python.learning import loop_builder
+from tensorflow_federated.python.learning import tensor_utils
+
+from tff_aggregators.aggregators import collect
+from tff_aggregators.client_works import identified
+from tff_aggregators.client_works import with_hparams
+from tff_aggregators.finalizers import on_collected
+
+# Keys of the client work's state.
+HPARAMS = 'hparams'
+CLIENT_STATES = 'client_states'  # One [num_clients, *shape] per state leaf.
+HAS_STATE = 'has_state'  # bool [num_clients]: the client has trained.
+# Keys of a client's row and of the measurements.
+ROW_STATE = 'state'
+ROWS_WRITTEN = 'rows_written'
+CLIENTS_WITH_STATE = 'clients_with_state'
+
+DEFAULT_MAX_STATE_BYTES = 64 * 2**20
+_BUILDER = 'build_stateful_client_work'
+
+
+def client_state_leaves(optimizer: tff.learning.optimizers.Optimizer,
+                        state: Any) -> list[Any]:
+  """The leaves of an optimizer state without its hyperparameters.
+
+  In `tf.nest.flatten` order (keys sorted) of the state with the
+  hyperparameter keys removed: the order of the client work's
+  `client_states` table (Adam: accumulator, preconditioner, step).
+  """
+  if not isinstance(state, Mapping):
+    raise TypeError(
+        f'{_BUILDER} needs an optimizer whose state is a mapping (as TFF\'s '
+        f'optimizers have), got {type(state).__name__}.')
+  hparam_keys = set(optimizer.get_hparams(state))
+  return tf.nest.flatten(collections.OrderedDict(
+      (k, v) for k, v in state.items() if k not in hparam_keys))
+
+
+def with_client_state_leaves(optimizer, state, leaves):
+  """`state` with its non-hyperparameter leaves replaced by `leaves`."""
+  hparam_keys = set(optimizer.get_hparams(state))
+  slots = collections.OrderedDict(
+      (k, v) for k, v in state.items() if k not in hparam_keys)
+  updated = collections.OrderedDict(state)
+  updated.update(tf.nest.pack_sequence_as(slots, list(leaves)))
+  return updated
+
+
+def _leaf_specs(model_fn, optimizer):
+  """(trainable specs, per-client state leaf specs), from a throwaway graph."""
+  with tf.Graph().as_default():
+    model = model_fn()
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                  for v in model.trainable_variables)
+    leaves = client_state_leaves(optimizer, optimizer.initialize(specs))
+    leaf_specs = [tf.TensorSpec(tf.convert_to_tensor(x).shape,
+                                tf.convert_to_tensor(x).dtype)
+                  for x in leaves]
+  return specs, leaf_specs
+
+
+def check_state_bytes(num_clients: int, trainable_specs, leaf_specs,
+                      max_state_bytes: int) -> int:
+  """The table's bytes; raises `ValueError` above `max_state_bytes`."""
+  parameters = sum(s.shape.num_elements() for s in trainable_specs)
+  per_client = sum(s.shape.num_elements() * s.dtype.size for s in leaf_specs)
+  total = num_clients * (per_client + 1)  # + the bool "has state" flag.
+  if total > max_state_bytes:
+    slots = per_client / (4 * max(parameters, 1))
+    raise ValueError(
+        f'{_BUILDER}: the client optimizer states take {num_clients:,} '
+        f'clients x {slots:.3g} optimizer slots x {parameters:,} parameters '
+        f'= {total:,} bytes, above max_state_bytes={max_state_bytes:,}; they '
+        'live in the TFF state and are broadcast to every client, and a '
+        'driver-side store for large populations is not available yet.')
+  return total
+
+
+def _check_counts(num_clients, max_clients):
+  for name, value in (('num_clients', num_clients),
+                      ('max_clients', max_clients)):
+    if (not isinstance(value, (int, np.integer)) or isinstance(value, bool)
+        or value < 1):
+      raise ValueError(f'{_BUILDER}: {name} must be a positive int, got '
+                       f'{value!r}.')
+  if num_clients >= identified.MAX_CLIENT_ID:
+    raise ValueError(
+        f'{_BUILDER}: num_clients={num_clients} must be below 2**24 (ids '
+        'travel as float32).')
+
+
+def build_stateful_client_work(
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    optimizer: tff.learning.optimizers.Optimizer,
+    *,
+    num_clients: int,
+    max_clients: int,
+    client_weighting: tff.learning.ClientWeighting = (
+        tff.learning.ClientWeighting.NUM_EXAMPLES
+    ),
+    metrics_aggregator=None,
+    loop_implementation: tff.learning.LoopImplementation = (
+        tff.learning.LoopImplementation.DATASET_REDUCE
+    ),
+    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+) -> tff.learning.templates.ClientWorkProcess:
+  """TFF's model-delta client work with per-client optimizer state.
+
+  Args:
+    model_fn: No-arg callable returning a `tff.learning.models.VariableModel`.
+    optimizer: The client `tff.learning.optimizers.Optimizer`; its
+      hyperparameters are the process's (`get_hparams`/`set_hparams`).
+    num_clients: N, the population: client ids are in [0, N).
+    max_clients: The largest cohort of a round (`CollectAllFactory`'s).
+    client_weighting: As in `build_model_delta_client_work`.
+    metrics_aggregator: As in `build_model_delta_client_work`.
+    loop_implementation: As in `build_model_delta_client_work`.
+    max_state_bytes: The largest table of client states accepted.
+
+  Returns:
+    A `ClientWorkProcess` whose client data is `with_client_ids`'s, whose
+    state is `OrderedDict(hparams, client_states, has_state)` and whose
+    measurements are `OrderedDict(train, client_states=OrderedDict(
+    rows_written, clients_with_state))`.
+
+  Raises:
+    TypeError: On a bad model_fn, optimizer or client_weighting.
+    ValueError: On bad counts, or a table above `max_state_bytes`.
+  """
+  with_hparams.check_model_fn(model_fn, _BUILDER)
+  if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
+    raise TypeError(
+        f'{_BUILDER}: the client optimizer must be a tff.learning.optimizers.'
+        f'Optimizer (e.g. tff.learning.optimizers.build_sgdm), got '
+        f'{optimizer!r}.')
+  _check_counts(num_clients, max_clients)
+  if not isinstance(client_weighting, tff.learning.ClientWeighting):
+    raise TypeError(f'{_BUILDER}: client_weighting must be a '
+                    f'tff.learning.ClientWeighting, got {client_weighting!r}.')
+  trainable_specs, leaf_specs = _leaf_specs(model_fn, optimizer)
+  check_state_bytes(num_clients, trainable_specs, leaf_specs, max_state_bytes)
+  @tff.tensorflow.computation
+  def initial_state():
+    return collections.OrderedDict([
+        (HPARAMS, optimizer.get_hparams(optimizer.initialize(
+            tf.TensorSpec([], tf.float32)))),
+        (CLIENT_STATES, tuple(tf.zeros([num_clients] + s.shape.as_list(),
+                                       s.dtype) for s in leaf_specs)),
+        (HAS_STATE, tf.zeros([num_clients], tf.bool)),
+    ])
+
+  return _build_process(
+      model_fn, optimizer, initial_state, leaf_specs,
+      client_weighting=client_weighting,
+      loop_implementation=loop_implementation,
+      metrics_aggregator=metrics_aggregator,
+      num_clients=num_clients, max_clients=max_clients)
+
+
+def _row_type(leaf_specs):
+  """A client's row: its id and its state leaves, all float32."""
+  return tff.types.to_type(collections.OrderedDict([
+      (identified.CLIENT_ID, tff.TensorType(np.float32)),
+      (ROW_STATE, tuple(tff.TensorType(np.float32, s.shape.as_list())
+                        for s in leaf_specs)),
+  ]))
+
+
+def _build_process(model_fn, optimizer, initial_state, leaf_specs, *,
+                   client_weighting, loop_implementation, metrics_aggregator,
+                   num_clients, max_clients):
+  """The `ClientWorkProcess` around the client update and the table write."""
+  if metrics_aggregator is None:
+    metrics_aggregator = tff.learning.metrics.sum_then_finalize
+  with tf.Graph().as_default():
+    model = model_fn()
+    metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
+  data_type = tff.SequenceType(tff.types.to_type(collections.OrderedDict([
+      (identified.DATA, tff.types.tensorflow_to_type(model.input_spec)),
+      (identified.CLIENT_ID, tff.TensorType(np.int32)),
+  ])))
+  weights_type = tff.learning.models.weights_type_from_model(model)
+  state_type = initial_state.type_signature.result
+  row_type = _row_type(leaf_specs)
+  collector = collect.CollectAllFactory(max_clients).create(
+      row_type, tff.TensorType(np.float32))
+
+  @tff.tensorflow.computation(state_type, weights_type, data_type)
+  def client_update(state, initial_weights, client_data):
+    train = _build_training(model_fn, optimizer, client_weighting,
+                            loop_implementation, num_clients)
+    return train(initial_weights, client_data, state[HPARAMS],
+                 tuple(state[CLIENT_STATES]), state[HAS_STATE])
+
+  @tff.tensorflow.computation(state_type,
+                               on_collected.collected_type(row_type))
+  def write_rows(state, collected):
+    return _write_rows(state, collected, row_type, num_clients)
+
+  @tff.federated_computation
+  def init_fn():
+    return tff.federated_eval(initial_state, tff.SERVER)
+
+  @tff.federated_computation(
+      init_fn.type_signature.result,
+      tff.FederatedType(weights_type, tff.CLIENTS),
+      tff.FederatedType(data_type, tff.CLIENTS),
+  )
+  def next_fn(state, weights, client_data):
+    client_result, outputs, rows, writes = tff.federated_map(
+        client_update, (tff.federated_broadcast(state), weights, client_data))
+    collected = collector.next(collector.initialize(), rows, writes)
+    new_state, counts = tff.federated_map(
+        write_rows, (state, collected.result))
+    measurements = tff.federated_zip(collections.OrderedDict(
+        train=metrics_aggregation_fn(outputs), client_states=counts))
+    return tff.templates.MeasuredProcessOutput(
+        new_state, client_result, measurements)
+
+  return tff.learning.templates.ClientWorkProcess(
+      init_fn, next_fn, get_hparams_fn=_get_hparams(state_type),
+      set_hparams_fn=_set_hparams(state_type))
+
+
+def _get_hparams(state_type):
+  @tff.tensorflow.computation(state_type)
+  def get_hparams_fn(state):
+    return state[HPARAMS]
+  return get_hparams_fn
+
+
+def _set_hparams(state_type):
+  @tff.tensorflow.computation(state_type, state_type[HPARAMS])
+  def set_hparams_fn(state, hparams):
+    return collections.OrderedDict([
+        (HPARAMS, hparams),
+        (CLIENT_STATES, state[CLIENT_STATES]),
+        (HAS_STATE, state[HAS_STATE]),
+    ])
+  return set_hparams_fn
+
+
+def _write_rows(state, collected, row_type, num_clients):
+  """The table with the collected rows written by client id, and counts.
+
+  A row is written if its write flag (the collected weight) is positive,
+  its values finite and its id in [0, num_clients).
+  """
+  rows = collect.unflatten(collected['values'], row_type)
+  ids = tf.cast(tf.round(rows[identified.CLIENT_ID]), tf.int32)
+  valid = tf.logical_and(
+      tf.logical_and(collected['weights'] > 0,
+                     tf.reduce_all(tf.math.is_finite(collected['values']), 1)),
+      tf.logical_and(ids >= 0, ids < num_clients))
+  index = tf.boolean_mask(ids, valid)[:, tf.newaxis]
+
+  def write(table, values):
+    values = tf.boolean_mask(values, valid)
+    if table.dtype.is_integer:
+      values = tf.round(values)
+    return tf.tensor_scatter_nd_update(table, index,
+                                       tf.cast(values, table.dtype))
+
+  client_states = tuple(
+      write(table, values)
+      for table, values in zip(state[CLIENT_STATES], rows[ROW_STATE]))
+  has_state = tf.tensor_scatter_nd_update(
+      state[HAS_STATE], index, tf.ones(tf.shape(index)[:1], tf.bool))
+  new_state = collections.OrderedDict([
+      (HPARAMS, state[HPARAMS]),
+      (CLIENT_STATES, client_states),
+      (HAS_STATE, has_state),
+  ])
+  counts = collections.OrderedDict([
+      (ROWS_WRITTEN, tf.shape(index, out_type=tf.int32)[0]),
+      (CLIENTS_WITH_STATE, tf.reduce_sum(tf.cast(has_state, tf.int32))),
+  ])
+  return new_state, counts
+
+
+def _build_training(model_fn, optimizer, client_weighting,
+                    loop_implementation, num_clients):
+  """TFF's model-delta local training, starting from the client's state.
+
+  The loop, non-finite handling and weights are those of
+  `build_model_delta_update_with_tff_optimizer` (TFF 0.87). The data is
+  read once: the loop state holds the client id (`NO_ID` until the first
+  batch) and, at the first batch, the optimizer state is replaced by the
+  client's saved one (`_start_state`) before the step.
+  """
+  model = model_fn()
+  training_loop = loop_builder.build_training_loop(
+      loop_implementation=loop_implementation)
+
+  def batch_size(output):
+    if output.num_examples is None:
+      return tf.shape(output.predictions, out_type=tf.int64)[0]
+    return tf.cast(output.num_examples, tf.int64)
+
+  @tf.function
+  def train(initial_weights, data, hparams, table, has_state):
+    weights = tff.learning.models.ModelWeights.from_model(model)
+    tf.nest.map_structure(lambda a, b: a.assign(b), weights, initial_weights)
+    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
+                  for v in tf.nest.flatten(weights.trainable))
+    start = _start_state(optimizer, specs, hparams, table, has_state,
+                         num_clients)
+
+    def reduce_fn(state, element):
+      num_examples, client_id, optimizer_state = state
+      optimizer_state = tf.cond(
+          tf.equal(client_id, identified.NO_ID),
+          lambda: start(element[identified.CLIENT_ID]),
+          lambda: optimizer_state)
+      with tf.GradientTape() as tape:
+        output = model.forward_pass(element[identified.DATA], training=True)
+      gradients = tape.gradient(output.loss, weights.trainable)
+      optimizer_state, updated = optimizer.next(
+          optimizer_state,
+          tuple(tf.nest.flatten(weights.trainable)),
+          tuple(tf.nest.flatten(gradients)),
+      )
+      tf.nest.map_structure(
+          lambda a, b: a.assign(b), weights.trainable,
+          tf.nest.pack_sequence_as(weights.trainable, updated))
+      return (num_examples + batch_size(output),
+              element[identified.CLIENT_ID], optimizer_state)
+
+    def initial_state():
+      return (tf.constant(0, tf.int64), tf.constant(identified.NO_ID, tf.int32),
+              start(None))
+
+    num_examples, client_id, optimizer_state = training_loop(
+        reduce_fn, data, initial_state)
+    return _client_outputs(model, initial_weights, weights, num_examples,
+                           client_id, optimizer, optimizer_state,
+                           client_weighting)
+
+  return train
+
+
+def _start_state(optimizer, specs, hparams, table, has_state, num_clients):
+  """`start(client_id)`: the optimizer state the client starts from.
+
+  `start(None)` is TFF's fresh state; `start(id)` the client's saved leaves
+  if it has trained before, else the fresh state; both with `hparams` set.
+  """
+  def fresh():
+    return tf.nest.map_structure(
+        tf.convert_to_tensor,
+        optimizer.set_hparams(optimizer.initialize(specs), hparams))
+
+  def saved(client_id):
+    leaves = [tf.gather(leaf, client_id) for leaf in table]
+    state = with_client_state_leaves(optimizer, optimizer.initialize(specs),
+                                     leaves)
+    return tf.nest.map_structure(tf.convert_to_tensor,
+                                 optimizer.set_hparams(state, hparams))
+
+  def start(client_id):
+    if client_id is None:
+      return fresh()
+    message = (f'{_BUILDER}: a client id is outside [0, num_clients='
+               f'{num_clients}); pass tff_aggregators.with_client_ids(...).')
+    checks = [tf.debugging.assert_non_negative(client_id, message=message),
+              tf.debugging.assert_less(client_id, num_clients,
+                                       message=message)]
+    with tf.control_dependencies(checks):
+      client_id = tf.identity(client_id)
+    return tf.cond(tf.gather(has_state, client_id),
+                   lambda: saved(client_id), fresh)
+
+  return start
+
+
+def _client_outputs(model, initial_weights, weights, num_examples, client_id,
+                    optimizer, optimizer_state, client_weighting):
+  """(ClientResult, metrics, row, write flag) as TFF's client work gives."""
+  delta = tf.nest.map_structure(
+      tf.subtract, initial_weights.trainable, weights.trainable)
+  delta, non_finite = tensor_utils.zero_all_if_any_non_finite(delta)
+  if non_finite > 0:  # No weight, no metrics, as TFF's client work.
+    weight = tf.constant(0.0, tf.float32)
+    model.reset_metrics()
+  elif client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
+    weight = tf.cast(num_examples, tf.float32)
+  else:
+    weight = tf.constant(1.0, tf.float32)
+  written = tf.logical_and(tf.equal(non_finite, 0),
+                           tf.not_equal(client_id, identified.NO_ID))
+  row = collections.OrderedDict([
+      (identified.CLIENT_ID, tf.cast(client_id, tf.float32)),
+      (ROW_STATE, tuple(tf.cast(leaf, tf.float32) for leaf in
+                        client_state_leaves(optimizer, optimizer_state))),
+  ])
+  return (
+      tff.learning.templates.ClientResult(update=delta, update_weight=weight),
+      model.report_local_unfinalized_metrics(),
+      row,
+      tf.cast(written, tf.float32),
+  )
