@@ -22,7 +22,7 @@ from collections.abc import Callable
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tensorflow_federated.python.learning.templates import model_delta_client_work
+from tff_aggregators import tff_compat
 from tff_aggregators.client_works import with_hparams
 
 
@@ -85,7 +85,7 @@ def build_proximal_client_work(
     )
 
   def client_update(hparams, initial_weights, dataset):
-    update = model_delta_client_work.build_model_delta_update_with_tff_optimizer(
+    update = tff_compat.build_model_delta_update_with_tff_optimizer(
         model_fn,
         weighting=client_weighting,
         loop_implementation=loop_implementation,

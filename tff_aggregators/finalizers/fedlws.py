@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import tff_compat
 from tff_aggregators import value_types
 from tff_aggregators.aggregators import fedlws_stats
 from tff_aggregators.finalizers import server_step
@@ -162,8 +163,8 @@ def model_layer_groups(
   with tf.Graph().as_default():
     model = model_fn()
     names = [v.name for v in model.trainable_variables]
-    keras_model = getattr(model, '_keras_model', None)  # TFF's Keras wrapper.
-    if grouping == 'layer' and isinstance(keras_model, tf.keras.Model):
+    keras_model = tff_compat.keras_model_of(model)
+    if grouping == 'layer' and keras_model is not None:
       try:
         return keras_layer_groups(keras_model)
       except ValueError:

@@ -21,29 +21,19 @@ equals TFF's Adam/Yogi step bit for bit. The process expects the result of
 """
 
 import collections
-from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tensorflow_federated.python.learning.optimizers import adam
-from tensorflow_federated.python.learning.optimizers import sgdm
-from tensorflow_federated.python.learning.optimizers import yogi
+from tff_aggregators import tff_compat
 from tff_aggregators import value_types
 from tff_aggregators.finalizers import server_step
 
-# TFF 0.87 exposes these optimizers only through their builders.
-_KINDS = {sgdm._SGD: 'sgdm', adam._Adam: 'adam', yogi._Yogi: 'yogi'}  # pylint: disable=protected-access
 ADAPTIVE_KINDS = ('adam', 'yogi')
 
 
-def optimizer_kind(optimizer: Any) -> str | None:
-  """'sgdm', 'adam' or 'yogi' for TFF's `build_sgdm`/`build_adam`/`build_yogi`.
-
-  None for any other optimizer.
-  """
-  return _KINDS.get(type(optimizer))
+optimizer_kind = tff_compat.optimizer_kind
 
 
 def build_glad_adaptive_finalizer(
