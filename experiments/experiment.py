@@ -346,8 +346,17 @@ def _changed_settings(output_dir: str,
     return {}
   with open(path) as f:
     previous = json.load(f)
-  return {k: (previous.get(k), v) for k, v in run_flags.items()
-          if previous.get(k) != v}
+  changed = {}
+  for name, value in run_flags.items():
+    # A flag newer than the saved run ran at its default there.
+    saved = previous.get(name, _default(name))
+    if saved != value:
+      changed[name] = (saved, value)
+  return changed
+
+
+def _default(name: str) -> object:
+  return flags.FLAGS[name].default if name in flags.FLAGS else None
 
 
 def _check_resumable(output_dir: str, run_flags: dict[str, object]) -> bool:

@@ -90,6 +90,23 @@ class RegistryTest(absltest.TestCase):
       registry.build_process('fedcda', inputs)
 
 
+class ResumeTest(absltest.TestCase):
+
+  def test_only_run_flags_compared_and_new_flags_at_their_default(self):
+    output_dir = self.create_tempdir().full_path
+    training.write_json(os.path.join(output_dir, run_files.CONFIG_JSON),
+                        dict(alpha=0.5, fedcda_k=3, aggregator='fedavg'))
+    run_flags = experiment._run_flags('fedavg')  # pylint: disable=protected-access
+    self.assertNotIn('fedcda_k', run_flags)  # Another method's option.
+    self.assertNotIn('overwrite', run_flags)
+    self.assertIn('fedavg_client_weighting', run_flags)
+    changed = experiment._changed_settings  # pylint: disable=protected-access
+    # `seed` is not in the saved config: it ran at its default, 0.
+    self.assertEqual(changed(output_dir, dict(alpha=0.5, seed=0)), {})
+    self.assertEqual(changed(output_dir, dict(alpha=0.1, seed=3)),
+                     dict(alpha=(0.5, 0.1), seed=(0, 3)))
+
+
 class PathTest(absltest.TestCase):
 
   def test_relative_paths_follow_the_bazel_working_directory(self):
