@@ -44,9 +44,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
-from tensorflow_federated.python.learning import loop_builder
-from tensorflow_federated.python.learning import tensor_utils
-
+from tff_aggregators import tff_compat
 from tff_aggregators.aggregators import collect
 from tff_aggregators.client_works import identified
 from tff_aggregators.client_works import with_hparams
@@ -335,8 +333,7 @@ def _build_training(model_fn, optimizer, client_weighting,
   client's saved one (`_start_state`) before the step.
   """
   model = model_fn()
-  training_loop = loop_builder.build_training_loop(
-      loop_implementation=loop_implementation)
+  training_loop = tff_compat.build_training_loop(loop_implementation)
 
   def batch_size(output):
     if output.num_examples is None:
@@ -424,7 +421,7 @@ def _client_outputs(model, initial_weights, weights, num_examples, client_id,
   """(ClientResult, metrics, row, write flag) as TFF's client work gives."""
   delta = tf.nest.map_structure(
       tf.subtract, initial_weights.trainable, weights.trainable)
-  delta, non_finite = tensor_utils.zero_all_if_any_non_finite(delta)
+  delta, non_finite = tff_compat.zero_all_if_any_non_finite(delta)
   if non_finite > 0:  # No weight, no metrics, as TFF's client work.
     weight = tf.constant(0.0, tf.float32)
     model.reset_metrics()
