@@ -20,7 +20,7 @@ started for it, whose peak resident memory is reported. Combinations above
 Writes `collect_benchmark.json` and `collect_benchmark.md`.
 """
 
-import experiments  # pylint: disable=unused-import,g-bad-import-order
+import experiments  # noqa: F401  # pylint: disable=unused-import,g-bad-import-order
 # (Sets TensorFlow's C++ log level before TensorFlow loads.)
 
 import collections
@@ -118,8 +118,9 @@ def main(argv):
         print(dict(row), flush=True)
         continue
       seeds = list(range(n))
-      timed = lambda call: common.on_fresh_worker(
-          lambda: common.median_seconds(lambda: call(seeds), _REPEATS.value))
+      def timed(call, seeds=seeds):
+        return common.on_fresh_worker(lambda: common.median_seconds(
+            lambda: call(seeds), _REPEATS.value))
       (row['values_seconds'], _), row['values_worker_mb'] = timed(
           values_alone)
       (row['mean_seconds'], mean_sum), row['mean_worker_mb'] = timed(mean)

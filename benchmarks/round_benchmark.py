@@ -20,7 +20,7 @@ Peak resident memory of this driver and of the workers is recorded per run.
 Writes `round_benchmark.json` and `round_benchmark.md` to `--output_dir`.
 """
 
-import experiments  # pylint: disable=unused-import,g-bad-import-order
+import experiments  # noqa: F401  # pylint: disable=unused-import,g-bad-import-order
 # (Sets TensorFlow's C++ log level before TensorFlow loads.)
 
 import collections
@@ -197,8 +197,8 @@ def _markdown(all_results) -> str:
   for setting, results in all_results['settings'].items():
     lines += [
         f'### {setting}', '',
-        '| aggregator | s/round (median) | ratio to FedAvg | driver peak RSS (MB) '
-        '| worker peak RSS (MB) |',
+        '| aggregator | s/round (median) | ratio to FedAvg '
+        '| driver peak RSS (MB) | worker peak RSS (MB) |',
         '|---|---|---|---|---|',
     ]
     for name, r in results.items():

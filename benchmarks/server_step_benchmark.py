@@ -13,7 +13,8 @@ new model is consumed at the server (only its checksum returns), and the
 aggregator's and finalizer's states go back and forth through the driver as
 in a `LearningProcess`. Reports seconds per call (median of `--repeats`
 after a warm-up, fewer past `--budget_seconds`; FedCDA after K priming
-calls, so every client holds K models), the ratio to FedAvg's (`MeanFactory` + TFF's SGD finalizer) on the
+calls, so every client holds K models), the ratio to FedAvg's (`MeanFactory`
++ TFF's SGD finalizer) on the
 same inputs, the peak memory of a local worker started for each
 measurement, and the seconds of making the updates alone (shared by every
 column). No client training: this is what each method adds on the server.
@@ -23,7 +24,7 @@ Writes `<--benchmark_name>.json` and `.md` after every row (`--resume`
 continues a stopped grid).
 """
 
-import experiments  # pylint: disable=unused-import,g-bad-import-order
+import experiments  # noqa: F401  # pylint: disable=unused-import,g-bad-import-order
 # (Sets TensorFlow's C++ log level before TensorFlow loads.)
 
 import collections
@@ -243,19 +244,20 @@ def main(argv):
             for t in value_types.leaf_types(weights_type.trainable))
         updates_alone = _updates_alone(weights_type.trainable)
         (row['updates_alone'], _), _ = common.on_fresh_worker(
-            lambda: common.median_seconds(
+            lambda updates_alone=updates_alone, n=n: common.median_seconds(
                 lambda: updates_alone(list(range(n))), _REPEATS.value))
         for method in _METHODS.value:
           try:
             row[method], row[f'{method}_worker_mb'] = common.on_fresh_worker(
-                lambda: _time(method, n, size))  # pylint: disable=cell-var-from-loop
+                lambda method=method, n=n, size=size: _time(method, n, size))
           except ValueError as e:  # A method refusing the size.
             row[method] = f'refused: {e}'
           except common.WorkerDiedError as e:
             row[method] = f'failed: {e}'
       print(dict(row), flush=True)
       rows.append(row)
-      _write_results(output_dir, rows)  # After each row: a long run's partial grid survives.
+      # After each row: a long run's partial grid survives.
+      _write_results(output_dir, rows)
 
 
 def _write_results(output_dir, rows):

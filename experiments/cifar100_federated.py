@@ -1,7 +1,9 @@
 r"""CIFAR-100 in TFF's federated split (500 clients) with TFF's task builder.
 
-  bazel run //experiments:cifar100_federated -- --aggregator=fedavg --server_optimizer=adam
-  bazel run //experiments:cifar100_federated -- --use_synthetic_data --rounds=2   # smoke run
+  bazel run //experiments:cifar100_federated -- --aggregator=fedavg \
+      --server_optimizer=adam
+  bazel run //experiments:cifar100_federated -- --use_synthetic_data \
+      --rounds=2  # smoke run
 
 Defaults follow Reddi et al. (ICLR 2021); learning rates are their tuned
 values for the chosen --server_optimizer unless given. The data is read from

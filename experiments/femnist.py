@@ -1,7 +1,7 @@
 r"""FEMNIST (EMNIST-62 by writer, 3,400 clients) with TFF's task builder.
 
   bazel run //experiments:femnist -- --aggregator=fedavg --server_optimizer=adam
-  bazel run //experiments:femnist -- --use_synthetic_data --rounds=2   # smoke run
+  bazel run //experiments:femnist -- --use_synthetic_data --rounds=2  # smoke
 
 Defaults follow Reddi et al. (ICLR 2021); learning rates are their tuned
 values for the chosen --server_optimizer unless given. The data is read from

@@ -26,7 +26,7 @@ from experiments import partition
 from experiments import run_files
 # Runs no TFF computation; imported to drop TFF's default context, whose
 # `__del__` prints a traceback at exit.
-from tff_aggregators import runtime  # pylint: disable=unused-import
+from tff_aggregators import runtime  # noqa: F401  # pylint: disable=unused-import
 from experiments import training
 
 LAMBDA_METRIC = 'train/finalizer/lambda'

@@ -260,7 +260,8 @@ FEDSA_ALPHA_NORMALIZATION = flags.DEFINE_enum(
 )
 FEDSA_MIC_NORMALIZATION = flags.DEFINE_enum(
     'fedsa_mic_normalization', 'per_coordinate_minmax',
-    fedsa.MIC_NORMALIZATIONS, 'FedSA Micro-Class binning (Eq. 8; the paper leaves its scale N '
+    fedsa.MIC_NORMALIZATIONS,
+    'FedSA Micro-Class binning (Eq. 8; the paper leaves its scale N '
     'undefined).',
 )
 FEDSA_MIC_SCALE = flags.DEFINE_float(

@@ -1,7 +1,9 @@
-r"""Stack Overflow next-word prediction (342,477 clients) with TFF's task builder.
+r"""Stack Overflow next-word prediction (342,477 clients), TFF's task builder.
 
-  bazel run //experiments:stackoverflow -- --aggregator=fedavg --server_optimizer=adam
-  bazel run //experiments:stackoverflow -- --use_synthetic_data --rounds=2   # smoke run
+  bazel run //experiments:stackoverflow -- --aggregator=fedavg \
+      --server_optimizer=adam
+  bazel run //experiments:stackoverflow -- --use_synthetic_data \
+      --rounds=2  # smoke run
 
 Defaults follow Reddi et al. (ICLR 2021); learning rates are their tuned
 values for the chosen --server_optimizer unless given. The data is read from

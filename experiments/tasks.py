@@ -1,4 +1,4 @@
-"""Federated image-classification tasks as `tff.simulation.baselines.BaselineTask`s.
+"""Federated image-classification tasks as TFF `BaselineTask`s.
 
 The experiment loop consumes `BaselineTask`s, the type TFF's own baseline
 builders return (`tff.simulation.baselines.emnist...`), so partitioned

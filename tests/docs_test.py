@@ -5,8 +5,8 @@ every relative link in a Markdown file resolves to a file of the repository
 (and, for a link into a Markdown file with a `#fragment`, to one of its
 headings); no file refers to a path outside the repository or cites a
 document that only the project's authors have (the implementation notes the
-code was written from); no Markdown file names one of the project's issue-tracker numbers. Each
-failure lists every offending `path:line`.
+code was written from); no Markdown file names one of the project's
+issue-tracker numbers. Each failure lists every offending `path:line`.
 
 The test reads the source tree itself, found through this file's real path
 (under Bazel, the runfiles are links into it), so it sees files in every
@@ -78,7 +78,9 @@ _ISSUE_PATTERNS = (
 _EXTERNAL_LINK = re.compile(r'\[[^\]]*\]\((?:https?|mailto):[^)]*\)')
 _FENCE = re.compile(r'^\s*(```|~~~)')
 _INLINE_CODE = re.compile(r'(`+)(?:(?!\1).)+?\1')
-_LINK = re.compile(r'!?\[(?:[^\[\]]|\[[^\]]*\])*\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)')
+_LINK = re.compile(
+    r'!?\[(?:[^\[\]]|\[[^\]]*\])*\]'  # The link text, one level of [] inside.
+    r'\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)')  # (target "title")
 _REFERENCE_DEFINITION = re.compile(r'^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)')
 _HEADING = re.compile(r'^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$')
 _HTML_ANCHOR = re.compile(r'<a\s+(?:name|id)="([^"]+)"', re.IGNORECASE)

@@ -15,7 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from tests import test_utils
-from tff_aggregators import runtime  # pylint: disable=unused-import
+from tff_aggregators import runtime  # noqa: F401  # pylint: disable=unused-import
 from tff_aggregators.finalizers import fedcda
 
 _RUN = textwrap.dedent("""

@@ -12,7 +12,7 @@ import os
 from absl.testing import absltest
 
 from tests import test_utils
-from tff_aggregators import runtime  # pylint: disable=unused-import
+from tff_aggregators import runtime  # noqa: F401  # pylint: disable=unused-import
 
 
 class FedCdaWarmupBinaryTest(absltest.TestCase):

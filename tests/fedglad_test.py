@@ -12,7 +12,8 @@ from tests import numpy_references
 from tff_aggregators.aggregators import fedglad
 
 _SHAPES = ([3, 2], [2], [4])
-_VALUE_TYPE = tff.types.to_type([tff.TensorType(np.float32, s) for s in _SHAPES])
+_VALUE_TYPE = tff.types.to_type(
+    [tff.TensorType(np.float32, s) for s in _SHAPES])
 _WEIGHT = tff.TensorType(np.float32)
 
 
@@ -241,7 +242,8 @@ class CompositionTest(absltest.TestCase):
     _, outputs = run(process, rounds)
 
     def clipped(update):
-      norm = np.sqrt(sum(np.sum(np.square(x.astype(np.float64))) for x in update))
+      norm = np.sqrt(
+          sum(np.sum(np.square(x.astype(np.float64))) for x in update))
       return [x * min(1.0, clip / norm) for x in update]
 
     expected = numpy_references.fedglad(

@@ -160,7 +160,8 @@ class FedLawFinalizerEdgeCasesTest(absltest.TestCase):
 
 class FedLawValidationTest(absltest.TestCase):
 
-  def _build(self, proxy=_proxy(), **kwargs):
+  def _build(self, proxy=None, **kwargs):
+    proxy = _proxy() if proxy is None else proxy
     return algorithms.build_fedlaw_process(
         test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, proxy_data=proxy,
         max_clients=3,

@@ -11,7 +11,8 @@ from tff_aggregators.aggregators import fedlws_stats
 
 _SHAPES = ([3, 2], [2], [4], [1])
 _GROUPS = [[0, 1], [2, 3]]
-_VALUE_TYPE = tff.types.to_type([tff.TensorType(np.float32, s) for s in _SHAPES])
+_VALUE_TYPE = tff.types.to_type(
+    [tff.TensorType(np.float32, s) for s in _SHAPES])
 _WEIGHT = tff.TensorType(np.float32)
 
 

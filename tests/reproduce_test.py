@@ -184,8 +184,8 @@ class ReportTest(absltest.TestCase):
     self.assertIn('have taken from 300.0 to 600.0 s per round (toy a/base)',
                   index)
     report = _read_report(path)
-    self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  | 12, 12 | '
-                  '300.0, 600.0 |', report)
+    self.assertIn('| a | base | 80.00 | 81.00 ± 1.00 (2 seeds) |  |  '
+                  '| 12, 12 | 300.0, 600.0 |', report)
     self.assertIn('| c | method |  | not run |  |  | - | - |', report)
     # Seed 2 of the method stopped after 5 rounds: the mean and the gain
     # (+3.0) count seed 1 only; the rounds column lists both.

@@ -56,7 +56,8 @@ class RuntimeTest(absltest.TestCase):
     process.stdin.close()
     self.assertEqual(process.wait(timeout=120), 0)
     self.assertTrue(
-        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
+        test_utils.wait_until(
+            lambda: not test_utils.pids_with_marker(marker), 10),
         f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 
@@ -68,7 +69,8 @@ class RuntimeTest(absltest.TestCase):
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     self.assertTrue(
-        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
+        test_utils.wait_until(
+            lambda: not test_utils.pids_with_marker(marker), 10),
         f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 
@@ -100,7 +102,8 @@ class RuntimeTest(absltest.TestCase):
         cwd=test_utils.REPO_ROOT, capture_output=True, text=True, timeout=120,
     )
     self.assertNotEqual(result.returncode, 0)
-    self.assertIn('call tff_aggregators.runtime.use_local_worker()', result.stderr)
+    self.assertIn('call tff_aggregators.runtime.use_local_worker()',
+                  result.stderr)
     self.assertEmpty(test_utils.pids_with_marker(marker))
 
   def test_worker_frees_each_call_s_values(self):

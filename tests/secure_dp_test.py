@@ -1,4 +1,4 @@
-"""Secure aggregation and differential privacy with each method (docs/privacy.md).
+"""Secure aggregation and differential privacy per method (docs/privacy.md).
 
 Every supported route is run against the plain route it must equal: a secure
 sum in simulation (`runtime.use_local_worker(simulate_secure_aggregation=

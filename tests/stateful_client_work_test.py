@@ -7,7 +7,6 @@ a table above `max_state_bytes` is refused at build time.
 """
 
 import asyncio
-import collections
 
 from absl.testing import absltest
 import numpy as np

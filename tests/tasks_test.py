@@ -30,7 +30,8 @@ class PartitionedClientDataTest(absltest.TestCase):
         x=np.arange(20, dtype=np.float32).reshape(10, 2),
         y=np.arange(10, dtype=np.int64),
     )
-    self.indices = [np.array([3, 1]), np.array([], np.int64), np.array([0, 9, 5])]
+    self.indices = [np.array([3, 1]), np.array([], np.int64),
+                    np.array([0, 9, 5])]
     self.client_data = tasks.PartitionedClientData(self.examples, self.indices)
 
   def test_client_ids_and_sizes(self):

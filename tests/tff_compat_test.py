@@ -9,7 +9,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import test_utils
-from tff_aggregators import runtime  # pylint: disable=unused-import
+from tff_aggregators import runtime  # noqa: F401  # pylint: disable=unused-import
 from tff_aggregators import tff_compat
 
 
@@ -21,7 +21,7 @@ class TffCompatTest(absltest.TestCase):
   def test_training_loop_reduces_over_the_dataset(self):
     for implementation in tff.learning.LoopImplementation:
       loop = tff_compat.build_training_loop(implementation)
-      total = tf.function(lambda: loop(
+      total = tf.function(lambda loop=loop: loop(
           lambda state, x: state + x, tf.data.Dataset.range(5),
           lambda: tf.constant(0, tf.int64)))()
       self.assertEqual(int(total), 10, implementation)

@@ -19,7 +19,7 @@ import textwrap
 from absl.testing import absltest
 
 from tests import test_utils
-from tff_aggregators import runtime  # pylint: disable=unused-import
+from tff_aggregators import runtime  # noqa: F401  # pylint: disable=unused-import
 # (Importing it drops TFF's default context, whose __del__ fails at exit.)
 
 _SCRIPT = textwrap.dedent("""

@@ -24,13 +24,15 @@ from tff_aggregators.algorithms.fedsa import build_fedsa_process
 from tff_aggregators.client_works.identified import build_identified_client_work
 from tff_aggregators.client_works.identified import with_client_ids
 from tff_aggregators.client_works.proximal import build_proximal_client_work
+from tff_aggregators.client_works.stateful import build_stateful_client_work
 from tff_aggregators.finalizers.fedcda import build_fedcda_finalizer
 from tff_aggregators.finalizers.fedlaw import build_fedlaw_finalizer
 from tff_aggregators.finalizers.fedlws import build_fedlws_finalizer
 from tff_aggregators.finalizers.fedlws import layer_groups
 from tff_aggregators.finalizers.fedlws import model_layer_groups
 from tff_aggregators.finalizers.fedsa import build_fedsa_finalizer
-from tff_aggregators.finalizers.glad_adaptive import build_glad_adaptive_finalizer
+from tff_aggregators.finalizers.glad_adaptive import (
+    build_glad_adaptive_finalizer)
 from tff_aggregators.programs.data_sources import ClientDataSource
 from tff_aggregators.programs.data_sources import IdentifiedDataSource
 
@@ -57,6 +59,7 @@ __all__ = [
     'build_glad_adaptive_finalizer',
     'build_identified_client_work',
     'build_proximal_client_work',
+    'build_stateful_client_work',
     'build_weighted_fed_prox',
     'check_proxy_data',
     'layer_groups',

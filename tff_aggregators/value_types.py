@@ -107,5 +107,6 @@ def check_scalar_weight(weight_type: Any, method: str) -> tff.TensorType:
           or np.issubdtype(weight_type.dtype, np.integer)
       )
   ):
-    raise TypeError(f'{method} needs a numeric scalar weight, got {weight_type}.')
+    raise TypeError(
+        f'{method} needs a numeric scalar weight, got {weight_type}.')
   return weight_type

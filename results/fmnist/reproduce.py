@@ -1,8 +1,8 @@
 r"""Runs a Fashion-MNIST reproduction cell and writes its report.
 
   bazel run //results/fmnist:reproduce -- --cell=fedlaw
-  bazel run //results/fmnist:reproduce -- --cell=fedlaw --settings=mlp_alpha0.1 \
-      --methods=fedavg,fedlaw --seeds=8
+  bazel run //results/fmnist:reproduce -- --cell=fedlaw \
+      --settings=mlp_alpha0.1 --methods=fedavg,fedlaw --seeds=8
   bazel run //results/fmnist:reproduce -- --cell=fedlaw --report_only
   bazel run //results/fmnist:reproduce -- --report_only  # Every cell's.
 
@@ -253,7 +253,7 @@ def write_report(cell: cells.Cell) -> str:
   return report.write_report(cell, _root())
 
 
-def write_index(all_cells=tuple(cells.CELLS.values())) -> str:
+def write_index(all_cells=None) -> str:
   """Writes `results/fmnist/README.md` (`report.write_index`)."""
   return report.write_index(_root(), all_cells)
 

@@ -1,6 +1,7 @@
 """Collect-all: every client's value and weight, stacked at the server.
 
-`CollectAllFactory(max_clients)` is a `tff.aggregators.WeightedAggregationFactory`
+`CollectAllFactory(max_clients)` is a
+`tff.aggregators.WeightedAggregationFactory`
 whose process returns, at SERVER,
 
   collections.OrderedDict(values=float32[n, D], weights=float32[n])
@@ -14,7 +15,8 @@ those with a non-finite value or weight, and those with weight zero.
 Cost. The clients' values are collected with one `tff.federated_aggregate`
 whose accumulator holds `max_clients` separate `float32[?]` slots (empty
 until filled). `accumulate` flattens client k's value into slot k and passes
-the other slots through without copying, so a round costs O(n * D) time (a `tf.concat` accumulator would copy
+the other slots through without copying, so a round costs O(n * D) time (a
+`tf.concat` accumulator would copy
 O(n^2 * D)); `report` stacks the filled slots into `values` (one more
 O(n * D) copy). Memory: the runtime holds the clients' values until the
 aggregation ends and `report` adds the stacked result; the worker peaked at

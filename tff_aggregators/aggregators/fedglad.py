@@ -125,7 +125,8 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
       beta: Decay of the moving average of past GSIs (Eq. 12), in [0, 1).
       grouping: `'per_variable'` (one group per leaf) or `'universal'`.
       emit: `'scaled_update'` or `'update_and_multipliers'` (see class doc).
-      inner_agg_factory: The weighted mean factory for the update and the squared norms;
+      inner_agg_factory: The weighted mean factory for the update and the
+        squared norms;
         default `tff.aggregators.MeanFactory(no_nan_division=True)`.
       eps: Added to both means in the GSI ratio.
       tiny: A group whose mean squared norm or squared mean norm is at most
@@ -140,14 +141,16 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
     if not 0 <= beta < 1:
       raise ValueError(f'beta must be in [0, 1), got {beta}.')
     if grouping not in GROUPINGS:
-      raise ValueError(f'grouping must be one of {GROUPINGS}, got {grouping!r}.')
+      raise ValueError(
+          f'grouping must be one of {GROUPINGS}, got {grouping!r}.')
     if emit not in EMITS:
       raise ValueError(f'emit must be one of {EMITS}, got {emit!r}.')
     if not (eps >= 0 and tiny >= 0):
       raise ValueError(f'eps and tiny must be >= 0, got {eps}, {tiny}.')
     if inner_agg_factory is None:
       inner_agg_factory = tff.aggregators.MeanFactory(no_nan_division=True)
-    if not isinstance(inner_agg_factory, tff.aggregators.WeightedAggregationFactory):
+    if not isinstance(inner_agg_factory,
+                      tff.aggregators.WeightedAggregationFactory):
       raise TypeError(
           'FedGladFactory needs a weighted inner mean factory (e.g. '
           'tff.aggregators.MeanFactory()); wrap an unweighted one (e.g. '

@@ -96,7 +96,8 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
       TypeError: On factories of the wrong kind.
     """
     if tau_mode not in TAU_MODES:
-      raise ValueError(f'tau_mode must be one of {TAU_MODES}, got {tau_mode!r}.')
+      raise ValueError(
+          f'tau_mode must be one of {TAU_MODES}, got {tau_mode!r}.')
     if not groups or any(not g for g in groups):
       raise ValueError(f'FedLWS groups must be non-empty, got {groups}.')
     inner_agg_factory = inner_agg_factory or tff.aggregators.MeanFactory(
@@ -151,7 +152,8 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
     @tff.tensorflow.computation(value_type, weight_type)
     def phase_a(value, weight):
       flat = [tf.cast(x, tf.float32) for x in tf.nest.flatten(value)]
-      finite = tf.reduce_all([tf.reduce_all(tf.math.is_finite(x)) for x in flat])
+      finite = tf.reduce_all(
+          [tf.reduce_all(tf.math.is_finite(x)) for x in flat])
       valid = tf.logical_and(finite, tf.cast(weight, tf.float32) > 0)
       v = tf.cast(valid, tf.float32)
       # tf.where, not v * x: a NaN times 0 is NaN.

@@ -415,8 +415,8 @@ class FedCdaStoreProcess:
                     ) -> tff.learning.templates.LearningProcessOutput:
     """The driver's part of a round, from the client side's outputs."""
     weights = state['global_model_weights']
-    collected, work_state, aggregator_state, work_metrics, aggregator_metrics = (
-        outputs)
+    (collected, work_state, aggregator_state, work_metrics,
+     aggregator_metrics) = outputs
     w = np.concatenate([np.ravel(np.asarray(x, np.float32))
                         for x in weights.trainable])
     ids, models, losses, part_weights = self._participants(w, collected)

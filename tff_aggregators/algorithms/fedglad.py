@@ -24,7 +24,8 @@ def build_fedglad_process(
     ),
     model_distributor: Optional[
         tff.learning.templates.DistributionProcess] = None,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    model_aggregator: Optional[
+        tff.aggregators.WeightedAggregationFactory] = None,
     metrics_aggregator=None,
     loop_implementation: tff.learning.LoopImplementation = (
         tff.learning.LoopImplementation.DATASET_REDUCE
@@ -54,8 +55,9 @@ def build_fedglad_process(
     client_optimizer_fn: A `tff.learning.optimizers.Optimizer` for clients.
     server_optimizer_fn: A `tff.learning.optimizers.Optimizer`; default SGD
       with learning rate 1.0 (FedAvg).
-    client_weighting: As in `build_weighted_fed_avg`: how client updates are weighted (the paper's Eq. 3 is
-      `UNIFORM`; with equal-size clients both agree).
+    client_weighting: As in `build_weighted_fed_avg`: how client updates
+      are weighted (the paper's Eq. 3 is `UNIFORM`; with equal-size clients
+      both agree).
     proximal_strength: FedProx's mu; 0 trains clients with plain FedAvg.
     gamma: FedGLAD's bounding factor (Eq. 15).
     beta: Decay of the GSI moving average (Eq. 12).

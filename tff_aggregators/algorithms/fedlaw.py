@@ -1,4 +1,4 @@
-"""`build_fedlaw_process`: FedAvg clients, FedLAW's learned server aggregation."""
+"""`build_fedlaw_process`: FedAvg clients, FedLAW's learned aggregation."""
 
 from collections.abc import Callable
 from typing import Optional, Union

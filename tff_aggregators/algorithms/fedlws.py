@@ -1,4 +1,4 @@
-"""`build_fedlws_process`: FedAvg (or FedProx) with FedLWS's layer-wise shrink."""
+"""`build_fedlws_process`: FedAvg (or FedProx) with FedLWS's layer shrink."""
 
 from collections.abc import Callable, Sequence
 from typing import Optional, Union
@@ -22,7 +22,8 @@ def build_fedlws_process(
     ),
     model_distributor: Optional[
         tff.learning.templates.DistributionProcess] = None,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+    model_aggregator: Optional[
+        tff.aggregators.WeightedAggregationFactory] = None,
     stats_aggregator: Optional[
         tff.aggregators.UnweightedAggregationFactory] = None,
     metrics_aggregator=None,

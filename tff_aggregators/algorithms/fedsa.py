@@ -1,4 +1,4 @@
-"""`build_fedsa_process`: FedAvg clients, FedSA's skew-aware server aggregation."""
+"""`build_fedsa_process`: FedAvg clients, FedSA's skew-aware aggregation."""
 
 from collections.abc import Callable
 from typing import Optional

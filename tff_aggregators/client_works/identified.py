@@ -55,7 +55,7 @@ NO_ID = -1  # What an empty dataset reports.
 
 def attach_client_id(dataset: tf.data.Dataset,
                      client_id: int) -> tf.data.Dataset:
-  """`dataset` with each element as `OrderedDict(data=element, client_id=id)`."""
+  """`dataset`, each element as `OrderedDict(data=element, client_id=id)`."""
   ids = tf.data.Dataset.from_tensors(np.int32(client_id)).repeat()
   return tf.data.Dataset.zip((dataset, ids)).map(
       lambda element, i: collections.OrderedDict([(DATA, element),

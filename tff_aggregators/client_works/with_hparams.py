@@ -10,7 +10,7 @@ report, a proximal term) share it.
 
 import collections
 from collections.abc import Callable
-from typing import Any, Optional
+from typing import Any
 
 import tensorflow as tf
 import tensorflow_federated as tff

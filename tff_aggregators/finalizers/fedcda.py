@@ -41,7 +41,8 @@ left out (a non-participant this round).
 
 Diagnostic switches mirroring the unofficial script (off by default,
 `FedCdaOptions`, docs/methods/fedcda.md): `selection='newest'|'random'`,
-`divergence='tensorwise_norm'`, `later_batches='included_at_previous_selection'`,
+`divergence='tensorwise_norm'`,
+`later_batches='included_at_previous_selection'`,
 `warmup_aggregation='all_seen_newest'`, `batch_param='clients_per_batch'`.
 """
 
@@ -384,7 +385,9 @@ def build_selection(options: FedCdaOptions, max_clients: int,
                          [capacity, k])
           a = tf.reshape(tf.linalg.matvec(flat, base_sum), [capacity, k])
           gram = tf.linalg.matmul(flat, flat, transpose_b=True)
-          pick = lambda table: tf.gather(tf.reshape(table, [-1]), chosen) * act
+          def pick(table, chosen=chosen, act=act):
+            return tf.gather(tf.reshape(table, [-1]), chosen) * act
+
           linear = tf.reduce_sum(pick(f) + l_half * pick(s), axis=1) / big_m
           pair = tf.gather(tf.gather(gram, chosen), chosen, axis=2,
                            batch_dims=1)  # [C, m, m]
@@ -398,7 +401,9 @@ def build_selection(options: FedCdaOptions, max_clients: int,
         else:
           included = tf.concat([picked_rows, later_models], axis=0)
 
-          def tensorwise_score(combo_row):
+          def tensorwise_score(combo_row, flat=flat, act=act,
+                               base_sum=base_sum, big_m=big_m, active=active,
+                               included=included):
             rows_c = tf.gather(flat, combo_row) * tf.transpose(act)  # [m, D]
             mean = (base_sum + tf.reduce_sum(rows_c, axis=0)) / big_m
             own = tf.boolean_mask(rows_c, active)

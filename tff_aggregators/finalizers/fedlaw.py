@@ -116,8 +116,8 @@ def check_no_batch_normalization(model_fn: Callable[[], Any]) -> None:
         raise ValueError(
             f'FedLAW does not support BatchNormalization (layer '
             f'{layer.name!r}): its moving statistics would have to be '
-            're-estimated on the server (as the authors\' code does). Use GroupNorm '
-            'or LayerNorm instead.'
+            're-estimated on the server (as the authors\' code does). Use '
+            'GroupNorm or LayerNorm instead.'
         )
 
 
@@ -255,7 +255,7 @@ def build_fedlaw_finalizer(
     def shuffled_proxy(epoch):
       """The proxy set (x, y) reshuffled for (seed, round, epoch)."""
       seed_pair = tf.stack([
-          tf.constant(seed, tf.int64), 0 * round_num * 100003 + tf.cast(
+          tf.constant(seed, tf.int64), round_num * 100003 + tf.cast(
               epoch, tf.int64)
       ])
       order = tf.argsort(
