@@ -40,6 +40,20 @@ def _leaf_sizes():
           for v in test_utils.tiny_model_fn().trainable_variables]
 
 
+def _numpy_clients(weights, datasets, ids):
+  """NumPy FedAvg clients (SGD 0.5): (models [P, D], losses, examples)."""
+  w = test_utils.flat_trainable(weights).astype(np.float64)
+  models, losses, sizes = [], [], []
+  for i in ids:
+    batches = list(datasets[i].as_numpy_iterator())
+    delta, loss = numpy_references.linear_softmax_client_delta(
+        weights.trainable, batches, lr=0.5, with_loss=True)
+    models.append(w - np.concatenate([np.ravel(x) for x in delta]))
+    losses.append(loss)
+    sizes.append(sum(len(y) for _, y in batches))
+  return models, np.array(losses), np.array(sizes, np.float64)
+
+
 def _cohorts(rounds, size, seed=0):
   rng = np.random.default_rng(seed)
   # In id order: the order FedCDA takes participants in.
@@ -51,8 +65,9 @@ class FedCdaTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
       ('k3_b2', 3, 2, 1, {}),
-      ('b1_exhaustive', 3, 1, 0, {}),
-      ('k2_b4', 2, 4, 2, {}),
+      # L != 1: the divergence term's weight in eq. 8.
+      ('b1_exhaustive_large_smoothness', 3, 1, 0, dict(smoothness=25.0)),
+      ('k2_b4_small_smoothness', 2, 4, 2, dict(smoothness=0.02)),
       # The script's switches (docs/methods/fedcda.md).
       ('later_included', 3, 2, 1,
        dict(later_batches='included_at_previous_selection')),
@@ -63,27 +78,31 @@ class FedCdaTest(parameterized.TestCase):
       ('random', 3, 2, 1, dict(selection='random')),
   )
   def test_rounds_match_numpy(self, memory, batches, warmup, switches):
-    if switches.get('selection'):
-      # Ablation baselines, not FedCDA: their choice skips the divergence.
-      test_utils.skip_unless_full_suite(self, 'an ablation baseline')
+    # The 'newest' and 'random' selections are ablation baselines, run here
+    # (cheaply) so that `make test` checks every selection mode.
+    switches = dict(switches)
+    smoothness = switches.pop('smoothness', 1.0)
     datasets = test_utils.tiny_client_datasets(_POPULATION)
     process = algorithms.build_fedcda_process(
         test_utils.tiny_model_fn, _OPTIMIZER, num_clients=_POPULATION,
         max_clients=4, memory_size=memory, num_batches=batches,
-        warmup_rounds=warmup, seed=3, **switches)
+        warmup_rounds=warmup, seed=3, smoothness=smoothness, **switches)
     reference = numpy_references.FedCdaServer(
+        memory, batches, smoothness, warmup, _permutation(3),
+        random_ranks=_random_ranks(3), leaf_sizes=_leaf_sizes(), **switches)
+    # The same rule at L = 1, fed the same client models.
+    unit = numpy_references.FedCdaServer(
         memory, batches, 1.0, warmup, _permutation(3),
         random_ranks=_random_ranks(3), leaf_sizes=_leaf_sizes(), **switches)
+    unit_differs = False
     state = process.initialize()
     older = 0
     for t, ids in enumerate(_cohorts(6, 4)):
-      weights = process.get_model_weights(state)
-      deltas, sizes, losses = test_utils.client_results(
-          test_utils.tiny_model_fn, _OPTIMIZER, weights,
-          [datasets[i] for i in ids])
-      w = test_utils.flat_trainable(weights).astype(np.float64)
-      models = [w - np.concatenate([np.ravel(x) for x in d]) for d in deltas]
+      models, losses, sizes = _numpy_clients(
+          process.get_model_weights(state), datasets, ids)
       want = reference.step(t, ids, models, losses, sizes)
+      unit_differs |= not np.allclose(
+          unit.step(t, ids, models, losses, sizes), want, rtol=1e-6)
       output = process.next(
           state, identified.with_client_ids([datasets[i] for i in ids], ids))
       state = output.state
@@ -100,6 +119,52 @@ class FedCdaTest(parameterized.TestCase):
       older += reference.older_selected
     if switches.get('selection') != 'newest':
       self.assertGreater(older, 0)  # Selection did pick older models.
+    if smoothness != 1.0:  # L changes what is selected.
+      self.assertTrue(unit_differs)
+
+  def test_small_cohorts_with_empty_and_non_finite_clients(self):
+    # After warm-up: cohorts below max_clients, an empty dataset (id -1)
+    # and a client whose update is NaN (weight 0) are left out; the rest
+    # match the reference given only the valid participants.
+    datasets = test_utils.tiny_client_datasets(_POPULATION)
+    nan_data = tf.data.Dataset.from_tensor_slices((
+        np.full((2, 3), np.nan, np.float32), np.zeros(2, np.int64))).batch(2)
+    empty = datasets[0].take(0)
+    process = algorithms.build_fedcda_process(
+        test_utils.tiny_model_fn, _OPTIMIZER, num_clients=_POPULATION,
+        max_clients=4, memory_size=3, num_batches=2, warmup_rounds=1,
+        seed=3, smoothness=0.5)
+    reference = numpy_references.FedCdaServer(
+        3, 2, 0.5, 1, _permutation(3), leaf_sizes=_leaf_sizes())
+    # (valid ids, cohort as (id, dataset)) per round.
+    rounds = [
+        [(0, None), (1, None), (2, None), (3, None)],  # Warm-up.
+        [(1, None), (2, None), (5, empty), (4, None)],
+        [(0, None), (1, nan_data), (3, None)],
+        [(2, None)],
+        [(1, None), (4, None)],
+        [(0, None), (1, None), (2, None), (3, None)],
+    ]
+    state = process.initialize()
+    older = 0
+    for t, cohort in enumerate(rounds):
+      ids = [i for i, data in cohort if data is None]
+      models, losses, sizes = _numpy_clients(
+          process.get_model_weights(state), datasets, ids)
+      want = reference.step(t, ids, models, losses, sizes)
+      output = process.next(state, identified.with_client_ids(
+          [datasets[i] if data is None else data for i, data in cohort],
+          [i for i, _ in cohort]))
+      state = output.state
+      got = output.metrics['finalizer']
+      self.assertEqual(got['num_participants'], len(ids))
+      self.assertEqual(got['num_seen'], len(reference.selected))
+      self.assertEqual(got['older_selected'], reference.older_selected)
+      np.testing.assert_allclose(
+          test_utils.flat_trainable(process.get_model_weights(state)), want,
+          rtol=1e-5, atol=1e-6)
+      older += reference.older_selected
+    self.assertGreater(older, 0)
 
   def test_client_order_does_not_matter(self):
     datasets = test_utils.tiny_client_datasets(_POPULATION)

@@ -3,12 +3,14 @@
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_aggregators import runtime
 from tests import numpy_references
 from tests import test_utils
 from tff_aggregators import algorithms
+from tff_aggregators.aggregators import fedglad
 
 _CLIENT_OPTIMIZER = tff.learning.optimizers.build_sgdm(learning_rate=0.5)
 
@@ -17,68 +19,85 @@ def setUpModule():
   runtime.use_local_worker()
 
 
-def _server_step(kind, history, multipliers, weights0, lr, momentum):
-  """The server model after `history` (mean updates), paper Section 3.4."""
-  if kind == 'adam':
-    w, _, _ = numpy_references.glad_adaptive(
-        weights0, history, multipliers, kind='adam', lr=lr, beta_1=0.9,
-        beta_2=0.999, epsilon=1e-8,
-    )
-    return w
-  w = [np.asarray(x, np.float64) for x in weights0]
-  buf = [np.zeros_like(x) for x in w]
-  for g, s in zip(history, multipliers):
-    for i in range(len(w)):
-      buf[i] = momentum * buf[i] + s[i] * g[i]
-      w[i] = w[i] - lr * buf[i]
-  return w
+def _data(num_clients, seed=0):
+  """Client k: 3 + k examples in batches of 2 (several local steps)."""
+  rng = np.random.default_rng(seed)
+  datasets, batches = [], []
+  for k in range(num_clients):
+    x = rng.normal(size=(3 + k, 3)).astype(np.float32) + 0.5 * k
+    y = rng.integers(0, 2, size=3 + k).astype(np.int64)
+    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(2))
+    batches.append([(x[i:i + 2], y[i:i + 2]) for i in range(0, 3 + k, 2)])
+  return datasets, batches
 
 
 class BuildFedGladProcessTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
-      ('fedavg', 'sgd', tff.learning.optimizers.build_sgdm(1.0), 1.0, 0.0),
-      ('fedavgm', 'sgdm', tff.learning.optimizers.build_sgdm(0.5, 0.9),
-       0.5, 0.9),
-      ('fedadam', 'adam', tff.learning.optimizers.build_adam(
-          0.05, epsilon=1e-8), 0.05, 0.0),
+      ('fedavg', tff.learning.optimizers.build_sgdm(1.0),
+       dict(kind='sgdm', lr=1.0), dict(beta=0.5)),
+      ('fedavgm_universal', tff.learning.optimizers.build_sgdm(0.5, 0.9),
+       dict(kind='sgdm', lr=0.5, momentum=0.9),
+       dict(beta=0.7, grouping='universal')),
+      ('fedadam', tff.learning.optimizers.build_adam(0.05, epsilon=1e-8),
+       dict(kind='adam', lr=0.05, epsilon=1e-8), dict(beta=0.5)),
+      # Yogi end to end (App. E's rule with Yogi's second moment).
+      ('fedyogi_first_moment', tff.learning.optimizers.build_yogi(
+          0.05, beta_1=0.8, epsilon=1e-3),
+       dict(kind='yogi', lr=0.05, beta_1=0.8, epsilon=1e-3),
+       dict(beta=0.6, server_update_scaling='first_moment')),
+      # FedProx clients (several local steps: the proximal term acts),
+      # checked against NumPy FedProx, on both server paths.
+      ('fedprox', tff.learning.optimizers.build_sgdm(1.0),
+       dict(kind='sgdm', lr=1.0), dict(beta=0.5, proximal_strength=0.8)),
+      ('fedprox_adam', tff.learning.optimizers.build_adam(0.05, epsilon=1e-8),
+       dict(kind='adam', lr=0.05, epsilon=1e-8),
+       dict(beta=0.5, proximal_strength=0.8)),
   )
-  def test_rounds_match_numpy(self, kind, server_optimizer, lr, momentum):
-    datasets = test_utils.tiny_client_datasets(4)
+  def test_rounds_match_numpy(self, server_optimizer, server, options):
+    datasets, batches = _data(4)
+    mu = options.get('proximal_strength', 0.0)
+    grouping = options.get('grouping', 'per_variable')
     process = algorithms.build_fedglad_process(
         test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, server_optimizer,
-        gamma=0.5,
+        gamma=0.5, **options,
     )
+    reference = numpy_references.ServerOptimizer(**server)
     state = process.initialize()
-    weights0 = process.get_model_weights(state).trainable
-    rounds, history, multipliers = [], [], []
-    for _ in range(4):
+    rounds, multipliers = [], []
+    for _ in range(3):
       weights = process.get_model_weights(state)
-      deltas, sizes = test_utils.client_deltas(
-          test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, weights, datasets
-      )
+      deltas = [numpy_references.linear_softmax_client_delta(
+          weights.trainable, b, lr=0.5, mu=mu) for b in batches]
+      sizes = np.array([sum(len(y) for _, y in b) for b in batches], float)
+      if mu:  # The proximal term changes the clients.
+        plain = numpy_references.linear_softmax_client_delta(
+            weights.trainable, batches[3], lr=0.5)
+        self.assertGreater(np.abs(plain[0] - deltas[3][0]).max(), 1e-3)
       rounds.append((deltas, sizes))
       glad = numpy_references.fedglad(
-          rounds, gamma=0.5, beta=0.9, grouping='per_variable'
-      )[-1]
-      a = sizes / sizes.sum()
-      history.append([
-          sum(a[k] * d[i] for k, d in enumerate(deltas))
-          for i in range(len(deltas[0]))
-      ])
-      multipliers.append(glad['multiplier'])
+          rounds, gamma=0.5, beta=options['beta'], grouping=grouping)[-1]
+      universal = numpy_references.fedglad(
+          rounds, gamma=0.5, beta=options['beta'], grouping='universal')[-1]
+      s = glad['multiplier']
+      multipliers.append(s)
+      want = reference.step(
+          weights.trainable, numpy_references.weighted_mean(deltas, sizes),
+          s if grouping == 'per_variable' else np.repeat(s, 2))
       output = process.next(state, datasets)
       state = output.state
-      np.testing.assert_allclose(
-          output.metrics['aggregator']['fedglad']['multiplier'],
-          glad['multiplier'], rtol=1e-4,
-      )
-      want = _server_step(kind, history, multipliers, weights0, lr, momentum)
-      for got, expected in zip(
-          process.get_model_weights(state).trainable, want
-      ):
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+      got = output.metrics['aggregator']['fedglad']
+      np.testing.assert_allclose(got['multiplier'], s, rtol=1e-4)
+      np.testing.assert_allclose(got['gsi'], glad['gsi'], rtol=1e-4)
+      np.testing.assert_allclose(got['gsi_model'], universal['gsi'][0],
+                                 rtol=1e-4)
+      for g, w in zip(process.get_model_weights(state).trainable, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
     self.assertGreater(np.ptp(np.concatenate(multipliers)), 0.01)
+    # The default beta would give other multipliers in the last round.
+    default_beta = numpy_references.fedglad(
+        rounds, gamma=0.5, beta=0.9, grouping=grouping)[-1]['multiplier']
+    self.assertGreater(np.abs(default_beta - multipliers[-1]).max(), 1e-3)
 
   def test_gamma_zero_is_fedavg(self):
     datasets = test_utils.tiny_client_datasets(3)
@@ -102,23 +121,6 @@ class BuildFedGladProcessTest(parameterized.TestCase):
     ):
       np.testing.assert_array_equal(a, b)
 
-  @parameterized.parameters(
-      tff.learning.optimizers.build_sgdm(1.0),
-      tff.learning.optimizers.build_adam(0.01),
-  )
-  def test_fedprox_clients(self, server_optimizer):
-    process = algorithms.build_fedglad_process(
-        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, server_optimizer,
-        proximal_strength=0.1,
-    )
-    state = process.initialize()
-    for _ in range(2):
-      output = process.next(state, test_utils.tiny_client_datasets(3))
-      state = output.state
-    self.assertEqual(output.metrics['aggregator']['fedglad']['round'], 1)
-    for leaf in process.get_model_weights(state).trainable:
-      self.assertTrue(np.all(np.isfinite(leaf)))
-
   def test_unknown_optimizer_needs_an_explicit_scaling(self):
     adagrad = tff.learning.optimizers.build_adagrad(0.1)
     with self.assertRaisesRegex(ValueError, "server_update_scaling='update'"):
@@ -138,6 +140,43 @@ class BuildFedGladProcessTest(parameterized.TestCase):
           tff.learning.optimizers.build_sgdm(1.0),
           server_update_scaling='first_moment',
       )
+
+
+class FedGladFactoryOptionsTest(absltest.TestCase):
+
+  def test_beta_and_eps_match_numpy(self):
+    # The factory's own beta and eps (not the builder's defaults), 5 rounds.
+    rng = np.random.default_rng(3)
+    shapes = ([3, 2], [2], [4])
+    rounds = []
+    for _ in range(5):
+      shared = [rng.normal(size=s) for s in shapes]
+      rounds.append((
+          [[(g + rng.normal(scale=rng.uniform(0.3, 2.0), size=g.shape))
+            .astype(np.float32) for g in shared] for _ in range(4)],
+          list(rng.uniform(1, 10, size=4).astype(np.float32))))
+    options = dict(gamma=0.3, beta=0.4, grouping='per_variable')
+    process = fedglad.FedGladFactory(eps=0.5, **options).create(
+        [tff.TensorType(np.float32, s) for s in shapes],
+        tff.TensorType(np.float32))
+    state, outputs = process.initialize(), []
+    for updates, weights in rounds:
+      outputs.append(process.next(state, updates, weights))
+      state = outputs[-1].state
+    want = numpy_references.fedglad(rounds, eps=0.5, **options)
+    default_eps = numpy_references.fedglad(rounds, **options)
+    for output, expected, other in zip(outputs, want, default_eps):
+      got = output.measurements['fedglad']
+      for key in ('gsi', 'baseline', 'multiplier'):
+        np.testing.assert_allclose(got[key], expected[key], rtol=2e-5,
+                                   err_msg=key)
+    # eps = 0.5 and beta = 0.4 do change the multipliers.
+    self.assertGreater(np.abs(want[-1]['multiplier']
+                              - default_eps[-1]['multiplier']).max(), 1e-3)
+    beta_default = numpy_references.fedglad(
+        rounds, eps=0.5, **dict(options, beta=0.9))
+    self.assertGreater(np.abs(want[-1]['multiplier']
+                              - beta_default[-1]['multiplier']).max(), 1e-3)
 
 
 if __name__ == '__main__':

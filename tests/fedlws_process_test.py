@@ -3,6 +3,7 @@
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
+import tensorflow as tf
 import tensorflow_federated as tff
 
 from tff_aggregators import runtime
@@ -17,35 +18,79 @@ def setUpModule():
   runtime.use_local_worker()
 
 
+def _data(num_clients, seed=0):
+  """Client k: 3 + k examples in batches of 2 (several local steps)."""
+  rng = np.random.default_rng(seed)
+  datasets, batches = [], []
+  for k in range(num_clients):
+    x = rng.normal(size=(3 + k, 3)).astype(np.float32) + 0.5 * k
+    y = rng.integers(0, 2, size=3 + k).astype(np.int64)
+    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(2))
+    batches.append([(x[i:i + 2], y[i:i + 2]) for i in range(0, 3 + k, 2)])
+  return datasets, batches
+
+
+def _numpy_clients(weights, batches, mu):
+  """NumPy clients (SGD 0.5, FedProx's mu): (deltas, example counts)."""
+  deltas = [numpy_references.linear_softmax_client_delta(
+      weights.trainable, b, lr=0.5, mu=mu) for b in batches]
+  return deltas, np.array([sum(len(y) for _, y in b) for b in batches],
+                          np.float64)
+
+
 class BuildFedLwsProcessTest(parameterized.TestCase):
 
-  @parameterized.parameters((None,), ((0.01, 0.2),))
-  def test_rounds_match_numpy(self, tau_clip):
-    datasets = test_utils.tiny_client_datasets(4)
+  @parameterized.named_parameters(
+      # Server SGD at learning rate 1 makes ||w_hat - w|| the mean update's
+      # norm; these servers do not.
+      ('sgdm_rms_per_leaf',
+       dict(beta=0.3, grouping=[[0], [1]], tau_mode='rms'),
+       tff.learning.optimizers.build_sgdm(0.7, momentum=0.5),
+       dict(kind='sgdm', lr=0.7, momentum=0.5), 0.0),
+      ('adam_clip_model_wise',
+       dict(beta=0.5, tau_clip=(0.01, 0.2), grouping='model'),
+       tff.learning.optimizers.build_adam(0.3, epsilon=1e-6),
+       dict(kind='adam', lr=0.3, epsilon=1e-6), 0.0),
+      # FedProx + FedLWS (the paper's FedProx base), checked against NumPy
+      # FedProx clients: several local steps, so the proximal term acts.
+      ('fedprox_sgd_lr',
+       dict(beta=0.4, grouping=[[0], [1]], proximal_strength=0.8),
+       tff.learning.optimizers.build_sgdm(0.8),
+       dict(kind='sgdm', lr=0.8), 0.8),
+  )
+  def test_rounds_match_numpy(self, options, server_optimizer, server, mu):
+    datasets, batches = _data(4)
     process = algorithms.build_fedlws_process(
-        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, beta=1.0,
-        tau_clip=tau_clip,
+        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, server_optimizer,
+        **options,
     )
+    groups = options['grouping']
+    if groups == 'model':
+      groups = [[0, 1]]
+    reference = numpy_references.ServerOptimizer(**server)
     state = process.initialize()
     for _ in range(3):
       weights = process.get_model_weights(state)
-      deltas, sizes = test_utils.client_deltas(
-          test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, weights, datasets
-      )
-      want = numpy_references.fedlws_round(
-          weights.trainable, deltas, sizes, [[0, 1]], beta=1.0,
-          tau_clip=tau_clip,
-      )
+      deltas, sizes = _numpy_clients(weights, batches, mu)
+      if mu:
+        fedavg_deltas, _ = _numpy_clients(weights, batches, 0.0)
+        self.assertGreater(  # The proximal term changes the clients.
+            np.abs(deltas[0][0] - fedavg_deltas[0][0]).max(), 1e-3)
+      tau = numpy_references.fedlws_tau(
+          deltas, groups=groups, mode=options.get('tau_mode', 'exact'))
+      w_hat = reference.step(
+          weights.trainable, numpy_references.weighted_mean(deltas, sizes))
+      gamma, _, want = numpy_references.fedlws_shrink(
+          weights.trainable, w_hat, tau, groups, beta=options['beta'],
+          tau_clip=options.get('tau_clip'))
       output = process.next(state, datasets)
       state = output.state
-      np.testing.assert_allclose(
-          output.metrics['finalizer']['gamma'], want['gamma'], rtol=1e-4
-      )
-      self.assertLess(want['gamma'][0], 0.999)
-      for got, expected in zip(
-          process.get_model_weights(state).trainable, want['weights']
-      ):
-        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5)
+      got = output.metrics['finalizer']
+      np.testing.assert_allclose(got['tau'], tau, rtol=1e-4)
+      np.testing.assert_allclose(got['gamma'], gamma, rtol=1e-4)
+      self.assertLess(np.min(gamma), 0.999)  # The shrink did act.
+      for g, w in zip(process.get_model_weights(state).trainable, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
   def test_beta_zero_is_fedavg(self):
     datasets = test_utils.tiny_client_datasets(3)
@@ -94,20 +139,6 @@ class BuildFedLwsProcessTest(parameterized.TestCase):
     self.assertEqual(glad['round'], 2)
     self.assertNotEqual(glad['multiplier'][0], 1.0)
     self.assertLess(output.metrics['finalizer']['gamma'][0], 1.0)
-    for leaf in process.get_model_weights(state).trainable:
-      self.assertTrue(np.all(np.isfinite(leaf)))
-
-  def test_fedprox_and_model_wise(self):
-    process = algorithms.build_fedlws_process(
-        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER,
-        tff.learning.optimizers.build_sgdm(1.0, momentum=0.9),
-        proximal_strength=0.1, grouping='model', tau_mode='rms',
-    )
-    state = process.initialize()
-    for _ in range(2):
-      output = process.next(state, test_utils.tiny_client_datasets(3))
-      state = output.state
-    self.assertLen(output.metrics['finalizer']['gamma'], 1)
     for leaf in process.get_model_weights(state).trainable:
       self.assertTrue(np.all(np.isfinite(leaf)))
 

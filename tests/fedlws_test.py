@@ -196,6 +196,85 @@ class FedLwsFinalizerTest(parameterized.TestCase):
                                     groups=_GROUPS, beta=0.1)
 
 
+class FedLwsServerOptimizerTest(parameterized.TestCase):
+  """Any server optimizer: the step norm is ||w_hat - w||, not the update's.
+
+  With server SGD at learning rate 1 the two are equal; every other case
+  tells them apart (FedLWS on FedAvgM or FedAdam; docs/methods/fedlws.md).
+  """
+
+  @parameterized.named_parameters(
+      ('sgd_lr_half', tff.learning.optimizers.build_sgdm(0.5),
+       dict(kind='sgdm', lr=0.5)),
+      ('sgdm', tff.learning.optimizers.build_sgdm(0.7, momentum=0.9),
+       dict(kind='sgdm', lr=0.7, momentum=0.9)),
+      ('adam', tff.learning.optimizers.build_adam(
+          0.5, beta_1=0.8, beta_2=0.99, epsilon=1e-6),
+       dict(kind='adam', lr=0.5, beta_1=0.8, beta_2=0.99, epsilon=1e-6)),
+  )
+  def test_rounds_match_numpy(self, optimizer, reference):
+    rng = np.random.default_rng(8)
+    weights = _model(rng)
+    process = fedlws.build_fedlws_finalizer(
+        optimizer, _WEIGHTS_TYPE, groups=_GROUPS, beta=0.3
+    )
+    server = numpy_references.ServerOptimizer(**reference)
+    state = process.initialize()
+    for _ in range(3):
+      deltas = _deltas(rng, 4)
+      client_weights = rng.uniform(1.0, 4.0, size=4)
+      stats = _stats(deltas, client_weights)
+      output = process.next(state, weights, stats)
+      w_hat = server.step(weights.trainable, stats['mean_update'])
+      gamma, b, want = numpy_references.fedlws_shrink(
+          weights.trainable, w_hat, stats['tau'], _GROUPS, beta=0.3
+      )
+      step_norms = [
+          np.sqrt(sum(np.sum((w_hat[i] - weights.trainable[i])**2)
+                      for i in g)) for g in _GROUPS]
+      update_norms = [
+          np.sqrt(sum(np.sum(np.square(stats['mean_update'][i])) for i in g))
+          for g in _GROUPS]
+      # The optimizer's step is not the mean update here.
+      self.assertGreater(
+          np.max(np.abs(np.log(np.divide(step_norms, update_norms)))), 0.1)
+      got = output.measurements
+      np.testing.assert_allclose(got['step_norm'], step_norms, rtol=1e-5)
+      np.testing.assert_allclose(got['b'], b, rtol=1e-5)
+      np.testing.assert_allclose(got['gamma'], gamma, rtol=1e-5)
+      self.assertTrue(np.all(gamma < 0.99))  # The shrink did act.
+      for g, w in zip(output.result.trainable, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+      state, weights = output.state, output.result
+
+  @parameterized.named_parameters(('low_bound_acts', 0), ('high_bound_acts', 1))
+  def test_clip_acts_on_one_group_only(self, which):
+    # Each group's beta * tau differs; the bounds clip one and not the other
+    # (a clip to one value for all groups would pass a test where every
+    # group is clipped).
+    rng = np.random.default_rng(0)
+    weights, deltas = _model(rng), _deltas(rng, 4)
+    client_weights = [1.0, 3.0, 2.0, 6.0]
+    b = 0.3 * numpy_references.fedlws_tau(deltas, groups=_GROUPS)
+    low, high = sorted(b)
+    self.assertGreater(high / low, 1.05)
+    middle = (low + high) / 2
+    tau_clip = (middle, 10 * high) if which == 0 else (low / 10, middle)
+    output = _finalize(weights, deltas, client_weights, beta=0.3,
+                       tau_clip=tau_clip)
+    want = numpy_references.fedlws_round(
+        weights.trainable, deltas, client_weights, _GROUPS, beta=0.3,
+        tau_clip=tau_clip,
+    )
+    clipped = np.clip(b, *tau_clip)
+    self.assertEqual(int(np.sum(clipped != b)), 1)
+    np.testing.assert_allclose(output.measurements['b'], clipped, rtol=1e-5)
+    np.testing.assert_allclose(output.measurements['gamma'], want['gamma'],
+                               rtol=1e-5)
+    for got, expected in zip(output.result.trainable, want['weights']):
+      np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-6)
+
+
 class LayerGroupsTest(parameterized.TestCase):
 
   def test_closing_rule(self):

@@ -156,19 +156,83 @@ class FedSaTensorTest(parameterized.TestCase):
     np.testing.assert_allclose(out, x.mean(axis=0), atol=1e-7)
 
 
-class BuildFedSaProcessTest(absltest.TestCase):
+_FEATURES = 6
+# numpy_references.fedsa's defaults, the builder's.
+_REFERENCE_DEFAULTS = dict(cv_t=0.2, sim_t=0.2, c=4, s=4, literal=False,
+                           mic='per_coordinate_minmax', mic_scale=4.0,
+                           epsilon_policy=False, weighted=False, frozen=False,
+                           global_scope=False)
 
-  def test_rounds_match_numpy(self):
-    datasets = test_utils.tiny_client_datasets(5)
-    optimizer = tff.learning.optimizers.build_sgdm(0.5)
+
+def _three_class_model_fn():
+  """A linear 3-class model: its bias deltas are not +-x pairs."""
+  keras_model = tf.keras.Sequential([
+      tf.keras.layers.Dense(3, input_shape=(_FEATURES,))])
+  return tff.learning.models.from_keras_model(
+      keras_model,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=(tf.TensorSpec([None, _FEATURES]),
+                  tf.TensorSpec([None], tf.int64)),
+  )
+
+
+def _data(num_clients, seed=0):
+  """Client k: 3 + k examples of 3 classes in batches of 2."""
+  rng = np.random.default_rng(seed)
+  datasets, batches = [], []
+  for k in range(num_clients):
+    x = rng.normal(size=(3 + k, _FEATURES)).astype(np.float32) + 0.5 * k
+    y = rng.integers(0, 3, size=3 + k).astype(np.int64)
+    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(2))
+    batches.append([(x[i:i + 2], y[i:i + 2]) for i in range(0, 3 + k, 2)])
+  return datasets, batches
+
+
+class BuildFedSaProcessTest(parameterized.TestCase):
+
+  @parameterized.named_parameters(
+      ('thresholds',
+       dict(cv_threshold=0.1, sim_threshold=0.3, num_categories=5,
+            max_clusters=2),
+       dict(cv_t=0.1, sim_t=0.3, c=5, s=2), 0.0),
+      # zero_mean_policy acts only on a zero-mean coordinate (none here;
+      # test_ablation_options_match_numpy has one).
+      ('ablation_options',
+       dict(num_categories=3, max_clusters=2, alpha_normalization='literal',
+            mic_normalization='per_tensor_minmax', zero_mean_policy='epsilon',
+            weighted_mean=True, late_join_mode='frozen',
+            cluster_scope='global'),
+       dict(c=3, s=2, literal=True, mic='per_tensor_minmax',
+            epsilon_policy=True, weighted=True, frozen=True,
+            global_scope=True), 0.0),
+      # FedProx clients (several local steps), against NumPy FedProx.
+      ('fedprox_raw_mic',
+       dict(proximal_strength=0.8, cv_threshold=0.3, num_categories=3,
+            max_clusters=2, mic_normalization='raw', mic_scale=100.0),
+       dict(cv_t=0.3, c=3, s=2, mic='raw', mic_scale=100.0), 0.8),
+  )
+  def test_rounds_match_numpy(self, options, reference, mu):
+    datasets, batches = _data(8)
     process = algorithms.build_fedsa_process(
-        test_utils.tiny_model_fn, optimizer, max_clients=5,
-        num_categories=2, max_clusters=2)
-    state = process.initialize()
+        _three_class_model_fn, tff.learning.optimizers.build_sgdm(0.5),
+        max_clients=8, **options)
+    rng = np.random.default_rng(0)
+    state = process.set_model_weights(
+        process.initialize(), tff.learning.models.ModelWeights(
+            trainable=[
+                (0.5 * rng.normal(size=(_FEATURES, 3))).astype(np.float32),
+                np.zeros(3, np.float32)],
+            non_trainable=[]))
+    sensitivity = {key: 0.0 for key in reference if key != 'epsilon_policy'}
     for _ in range(2):
       weights = process.get_model_weights(state)
-      deltas, _ = test_utils.client_deltas(
-          test_utils.tiny_model_fn, optimizer, weights, datasets)
+      deltas = [numpy_references.linear_softmax_client_delta(
+          weights.trainable, b, lr=0.5, mu=mu) for b in batches]
+      sizes = np.array([sum(len(y) for _, y in b) for b in batches], float)
+      if mu:  # The proximal term changes the clients.
+        plain = numpy_references.linear_softmax_client_delta(
+            weights.trainable, batches[4], lr=0.5)
+        self.assertGreater(np.abs(plain[0] - deltas[4][0]).max(), 1e-3)
       models = [[np.float32(w) - np.float32(d[i])
                  for i, w in enumerate(weights.trainable)] for d in deltas]
       # The finalizer's canonical client order (a fixed random projection).
@@ -177,22 +241,22 @@ class BuildFedSaProcessTest(absltest.TestCase):
       projection = tf.random.stateless_uniform(
           [flat.shape[1]], seed=[0, 0]).numpy()
       order = np.argsort(flat @ projection, kind='stable')
-      want = [
-          numpy_references.fedsa_tensor(
-              np.stack([np.ravel(models[k][i]) for k in order]), c=2, s=2,
-              dtype=np.float32)
-          for i in range(len(weights.trainable))
-      ]
+      tensors = [np.stack([np.ravel(models[k][i]) for k in order])
+                 for i in range(len(weights.trainable))]
+      fedsa_of = lambda options: np.concatenate(numpy_references.fedsa(
+          tensors, sizes[order], dtype=np.float32, **options))
+      want = fedsa_of(reference)
+      for key in sensitivity:  # Each option changes the result.
+        sensitivity[key] = max(sensitivity[key], np.abs(fedsa_of(
+            dict(reference, **{key: _REFERENCE_DEFAULTS[key]})) - want).max())
       output = process.next(state, datasets)
       state = output.state
-      got = process.get_model_weights(state).trainable
-      # Only the kernel: with two classes the two bias deltas of a client
-      # are exact negatives, so the bias's two CVs are equal and their
-      # min-max normalisation (0 and 1) follows rounding noise, which
-      # differs between this run's clients and the reference's.
-      np.testing.assert_allclose(np.ravel(got[0]), want[0], rtol=1e-4,
-                                 atol=1e-5)
-      self.assertEqual(output.metrics['finalizer']['num_clients'], 5)
+      got = np.concatenate([np.ravel(t) for t in
+                            process.get_model_weights(state).trainable])
+      np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+      self.assertEqual(output.metrics['finalizer']['num_clients'], 8)
+    for key, difference in sensitivity.items():
+      self.assertGreater(difference, 1e-3, key)
 
   def test_invalid_clients_are_left_out(self):
     weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
@@ -249,16 +313,6 @@ class BuildFedSaProcessTest(absltest.TestCase):
     np.testing.assert_array_equal(outputs[0].result.trainable[0],
                                   outputs[1].result.trainable[0])
     self.assertEqual(outputs[0].measurements['clusters'][0], 2)
-
-  def test_fedprox_clients(self):
-    process = algorithms.build_fedsa_process(
-        test_utils.tiny_model_fn, tff.learning.optimizers.build_sgdm(0.5),
-        max_clients=4, proximal_strength=0.1)
-    state = process.initialize()
-    for _ in range(2):
-      state = process.next(state, test_utils.tiny_client_datasets(4)).state
-    for leaf in process.get_model_weights(state).trainable:
-      self.assertTrue(np.all(np.isfinite(leaf)))
 
   def test_bad_arguments(self):
     weights_type = tff.types.to_type(tff.learning.models.ModelWeights(

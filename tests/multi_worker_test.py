@@ -15,6 +15,8 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow_federated as tff
 
+import tff_aggregators
+
 from experiments import registry
 from tff_aggregators import runtime
 from experiments import training
@@ -94,6 +96,97 @@ def _values(text: str) -> np.ndarray:
   return np.asarray(json.loads(text.replace('nan', 'NaN')), np.float64)
 
 
+def _tiny_processes():
+  """Every method's builder on the tiny model (cheap to build and run)."""
+  model_fn = test_utils.tiny_model_fn
+  client = tff.learning.optimizers.build_sgdm(0.5)
+  rng = np.random.default_rng(0)
+  proxy = (rng.normal(size=(20, 3)).astype(np.float32),
+           rng.integers(0, 2, size=20).astype(np.int64))
+  cda = dict(num_clients=6, max_clients=4, warmup_rounds=1, seed=1)
+  # FedAvg over two workers is WorkerFailureTest's; FedGLAD's Adam/Yogi
+  # finalizer is server-side only (its aggregation is FedGLAD's SGD one).
+  return {
+      'fedglad': tff_aggregators.build_fedglad_process(
+          model_fn, client, gamma=0.5),
+      # The exact tau needs two aggregation phases, which TFF's multi-worker
+      # runtime cannot split; the one-pass mode can.
+      'fedlws': tff_aggregators.build_fedlws_process(
+          model_fn, client, beta=0.5, tau_mode='rms'),
+      'fedlaw': tff_aggregators.build_fedlaw_process(
+          model_fn, client, proxy_data=proxy, max_clients=4,
+          server_epochs=3, proxy_batch_size=8, server_lr=0.05),
+      'fedsa': tff_aggregators.build_fedsa_process(
+          model_fn, client, max_clients=4, num_categories=2,
+          max_clusters=2),
+      'fedcda': tff_aggregators.build_fedcda_process(model_fn, client, **cda),
+      'fedcda_history_in_driver': tff_aggregators.build_fedcda_process(
+          model_fn, client, history_store=tff_aggregators.InMemoryHistoryStore(),
+          **cda),
+  }
+
+
+def _leaves(structure, path=''):
+  """(path, float array) for every leaf of nested dicts/lists/tuples."""
+  if isinstance(structure, dict):
+    for key, value in structure.items():
+      yield from _leaves(value, f'{path}/{key}')
+  elif isinstance(structure, (list, tuple)):
+    for i, value in enumerate(structure):
+      yield from _leaves(value, f'{path}/{i}')
+  else:
+    yield path, np.asarray(structure, np.float64)
+
+
+class TinyAgreementTest(absltest.TestCase):
+  """Every method, 2 rounds on the tiny model: 1 and 2 workers agree.
+
+  In the default suite (the Fashion-MNIST runs of `AgreementTest` are in
+  `make full_test`): clients split over two workers must not change the
+  result; the collected rows arrive in the workers' completion order.
+  """
+
+  def test_every_method_agrees_on_one_and_two_workers(self):
+    runtime.use_local_worker()
+    processes = _tiny_processes()
+    datasets = test_utils.tiny_client_datasets(6)
+    cohorts = [[0, 1, 2, 3], [1, 2, 4, 5]]
+    initial = processes['fedglad'].get_model_weights(
+        processes['fedglad'].initialize())
+    results = []
+    for num_workers in (1, 2):
+      runtime.use_local_workers(num_workers)
+      run = {}
+      for name, process in processes.items():
+        state = process.set_model_weights(process.initialize(), initial)
+        for ids in cohorts:
+          cohort = [datasets[i] for i in ids]
+          if name.startswith('fedcda'):
+            cohort = tff_aggregators.with_client_ids(cohort, ids)
+          output = process.next(state, cohort)
+          state = output.state
+        run[name] = (process.get_model_weights(state).trainable,
+                     output.metrics)
+      results.append(run)
+    runtime.use_local_worker()
+    for name in processes:
+      (weights_one, metrics_one), (weights_two, metrics_two) = (
+          results[0][name], results[1][name])
+      for a, b in zip(weights_one, weights_two, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
+      one, two = dict(_leaves(metrics_one)), dict(_leaves(metrics_two))
+      self.assertEqual(one.keys(), two.keys())
+      for key in one:
+        a, b = one[key], two[key]
+        if key.endswith('/lambda'):  # Follows the collected rows' order.
+          a, b = np.sort(a), np.sort(b)
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6,
+                                   err_msg=f'{name}: {key}')
+      self.assertGreater(  # The rounds did train.
+          np.abs(np.concatenate([np.ravel(a - b) for a, b in zip(
+              weights_one, initial.trainable)])).max(), 1e-3, name)
+
+
 class AgreementTest(parameterized.TestCase):
 
   @parameterized.named_parameters(
@@ -101,12 +194,9 @@ class AgreementTest(parameterized.TestCase):
       + [('fedcda_history_in_driver', 'fedcda', {'fedcda_history': 'memory'})]
   )
   def test_one_and_two_workers_agree(self, name, method_flags):
-    if name != 'fedlaw' and not method_flags:
-      # Each repeats a path a kept case covers over two workers: the
-      # collected rows (FedLAW, whose lambda follows their order; FedCDA with
-      # its history in the driver) or weighted means (FedAvg, in the worker
-      # failure test below, against one worker).
-      test_utils.skip_unless_full_suite(self, 'repeats a covered path')
+    # Each repeats, on Fashion-MNIST through the experiment binaries, a path
+    # TinyAgreementTest covers for every method in the default suite.
+    test_utils.skip_unless_full_suite(self, 'repeats a covered path')
     task = test_utils.small_fmnist_task(self.create_tempdir().full_path)
     # FedLWS's exact tau needs two aggregation phases, which TFF's
     # multi-worker runtime cannot split; its one-pass mode can.

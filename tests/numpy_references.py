@@ -108,28 +108,35 @@ def fedlws_round(weights, deltas, client_weights, groups, *, beta,
   return dict(tau=tau, gamma=np.array(gamma), weights=new, w_hat=w_hat)
 
 
-def _linear_proxy_loss_and_grad(w, x, y):
-  """Mean softmax cross-entropy of logits x @ K + b, w = [K (3x2), b (2)]."""
+def _linear_proxy_loss_and_grad(w, x, y, class_weights=None):
+  """Mean softmax cross-entropy of logits x @ K + b, w = [K (3x2), b (2)].
+
+  With `class_weights`, example i's term is multiplied by class_weights[y_i]
+  (still divided by the batch size).
+  """
   kernel, bias = w[:6].reshape(3, 2), w[6:]
   logits = x @ kernel + bias
   logits = logits - logits.max(axis=1, keepdims=True)
   probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
   n = len(y)
-  loss = -np.mean(np.log(probs[np.arange(n), y]))
+  scale = (np.ones(n) if class_weights is None
+           else np.asarray(class_weights, np.float64)[y])
+  loss = -np.mean(scale * np.log(probs[np.arange(n), y]))
   dlogits = probs.copy()
   dlogits[np.arange(n), y] -= 1
-  dlogits /= n
+  dlogits *= scale[:, None] / n
   return loss, np.concatenate([(x.T @ dlogits).ravel(), dlogits.sum(axis=0)])
 
 
 def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
-                  learn_lambda=True, swa=False):
+                  learn_lambda=True, swa=False, class_weights=None):
   """FedLAW's search (Eq. 9; SWA, Sec. 6.1) for the 3->2 linear softmax model.
 
   Chain rule through lambda = softmax(x_l) (Jacobian diag(l) - l l^T) and
   gamma = exp(x_g); PyTorch Adam (0.5, 0.999, 1e-8); StepLR(20, 0.5), or the
   SWA stage-1 schedule. `batch_order(epoch)` gives the epoch's batches as
-  index arrays. Returns (gamma, lambda, new weights).
+  index arrays. `class_weights`: the proxy loss weights each example by its
+  class (`_linear_proxy_loss_and_grad`). Returns (gamma, lambda, new weights).
   """
   rows = np.asarray(rows, np.float64)
 
@@ -143,7 +150,8 @@ def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
         lam /= lam.sum()
         gamma = np.exp(x_g)
         w = gamma * lam @ rows
-        _, grad_w = _linear_proxy_loss_and_grad(w, x[idx], y[idx])
+        _, grad_w = _linear_proxy_loss_and_grad(w, x[idx], y[idx],
+                                                class_weights)
         dl_dlam = gamma * rows @ grad_w
         jac = np.diag(lam) - np.outer(lam, lam)
         g_l = jac @ dl_dlam
@@ -415,3 +423,108 @@ class FedCdaServer:
         fixed.append(options[client][r])
         self.older_selected += int(r > 0)
     return self._everyone()
+
+
+def linear_softmax_client_delta(weights, batches, *, lr, momentum=0.0,
+                                mu=0.0, with_loss=False):
+  """A client of the linear softmax model by SGD(M), FedProx's term included.
+
+  Li et al. (2020) eq. 2: each step follows the gradient of the batch's mean
+  cross-entropy plus mu (w - w_global) (mu = 0: FedAvg's client). `weights`
+  is [kernel [F, C], bias [C]], `batches` (x, y) arrays; momentum as TFF's
+  SGDM (buffer = momentum * buffer + g). Returns the delta w_global - w, and
+  with `with_loss` also the training loss TFF reports (each batch's mean
+  cross-entropy before its step, weighted by its examples).
+  """
+  w0 = [np.asarray(v, np.float64) for v in weights]
+  w = [v.copy() for v in w0]
+  buffers = [np.zeros_like(v) for v in w]
+  total_loss, count = 0.0, 0
+  for x, y in batches:
+    x = np.asarray(x, np.float64)
+    logits = x @ w[0] + w[1]
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    total_loss -= np.sum(np.log(p[np.arange(len(y)), y]))
+    count += len(y)
+    p[np.arange(len(y)), y] -= 1.0
+    grads = [x.T @ p / len(y), p.mean(axis=0)]
+    for i in range(2):
+      buffers[i] = momentum * buffers[i] + grads[i] + mu * (w[i] - w0[i])
+      w[i] = w[i] - lr * buffers[i]
+  delta = [a - b for a, b in zip(w0, w)]
+  return (delta, total_loss / count) if with_loss else delta
+
+
+class ServerOptimizer:
+  """TFF's server SGD(M), Adam and Yogi (`tff.learning.optimizers`) in float64.
+
+  `step(w, g, s=None)` returns the new weights; `s` (one multiplier per
+  leaf) scales only the first moment (FedGLAD App. E) or, for SGD(M), the
+  update.
+  """
+
+  def __init__(self, kind, lr, *, momentum=0.0, beta_1=0.9, beta_2=0.999,
+               epsilon=1e-7):
+    self.kind, self.lr, self.momentum = kind, lr, momentum
+    self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
+    self.n, self.m, self.v = 0, None, None
+
+  def step(self, w, g, s=None):
+    w = [np.asarray(x, np.float64) for x in w]
+    g = [np.asarray(x, np.float64) for x in g]
+    s = np.ones(len(w)) if s is None else np.asarray(s, np.float64)
+    if self.m is None:
+      self.m = [np.zeros_like(x) for x in w]
+      initial_v = 1e-6 if self.kind == 'yogi' else 0.0
+      self.v = [np.full_like(x, initial_v) for x in w]
+    self.n += 1
+    if self.kind == 'sgdm':
+      for i in range(len(w)):
+        self.m[i] = self.momentum * self.m[i] + s[i] * g[i]
+      return [x - self.lr * m for x, m in zip(w, self.m)]
+    b1, b2, n = self.beta_1, self.beta_2, self.n
+    rate = self.lr * np.sqrt(1 - b2**n) / (1 - b1**n)
+    out = []
+    for i in range(len(w)):
+      self.m[i] = b1 * self.m[i] + (1 - b1) * s[i] * g[i]
+      if self.kind == 'adam':
+        self.v[i] = b2 * self.v[i] + (1 - b2) * g[i]**2
+      else:
+        self.v[i] = self.v[i] + (1 - b2) * np.sign(
+            g[i]**2 - self.v[i]) * g[i]**2
+      out.append(w[i] - rate * self.m[i] / (np.sqrt(self.v[i])
+                                            + self.epsilon))
+    return out
+
+
+def fedlws_shrink(w, w_hat, tau, groups, *, beta, tau_clip=None):
+  """FedLWS Eqs. 8-9 on any server step: w_hat shrunk per group.
+
+  The step norm is ||w_hat_l - w_l|| (the server optimizer's step), which
+  equals the mean update's norm only for server SGD at learning rate 1.
+  Returns (gamma [L], b [L], new weights).
+  """
+  w = [np.asarray(x, np.float64) for x in w]
+  new = [np.asarray(x, np.float64) for x in w_hat]
+  gamma, bs = [], []
+  for l, g in enumerate(groups):
+    s = np.sqrt(sum(np.sum(w[i]**2) for i in g))
+    m = np.sqrt(sum(np.sum((new[i] - w[i])**2) for i in g))
+    b = beta * tau[l]
+    if tau_clip is not None:
+      b = min(max(b, tau_clip[0]), tau_clip[1])
+    gamma_l = s / (s + b * m) if s > 0 and s + b * m > 1e-12 else 1.0
+    gamma.append(gamma_l)
+    bs.append(b)
+    for i in g:
+      new[i] = gamma_l * new[i]
+  return np.array(gamma), np.array(bs), new
+
+
+def weighted_mean(deltas, client_weights):
+  """sum_k lambda_k delta_k per leaf, lambda the normalised weights."""
+  lam = np.asarray(client_weights, np.float64)
+  lam = lam / lam.sum()
+  return [sum(lam[k] * np.asarray(d[i], np.float64)
+              for k, d in enumerate(deltas)) for i in range(len(deltas[0]))]
