@@ -460,6 +460,8 @@ _REJECTED_COLUMN = 'train/finalizer/update_non_finite'
 _LOSS_COLUMN = 'train/client_work/train/loss'
 # A cross-entropy above this means the clients diverge (ln 10000 is 9.2).
 _DIVERGING_LOSS = 1e3
+# Accuracy up to this many times 1 / classes is "at chance".
+_CHANCE_FACTOR = 1.25
 
 
 def _chance_warnings(config: TrainingConfig, rounds: list[int],
@@ -467,7 +469,7 @@ def _chance_warnings(config: TrainingConfig, rounds: list[int],
   """A warning if accuracy stayed at chance for `chance_rounds` in a row."""
   if not config.chance_rounds or not config.chance_accuracy:
     return []
-  limit = 1.25 * config.chance_accuracy
+  limit = _CHANCE_FACTOR * config.chance_accuracy
   streak = longest = 0
   for accuracy in accuracies:
     streak = streak + 1 if accuracy <= limit else 0
@@ -598,6 +600,39 @@ def _check_contributed(config: TrainingConfig, round_num: int,
   return empty_streak
 
 
+class _Watch:
+  """Warns, once each, of an exploding loss or accuracy stuck at chance.
+
+  In the round it happens (`summary.json` lists both again at the end);
+  "stuck" is `config.chance_rounds` evaluated rounds in a row.
+  """
+
+  def __init__(self, config: TrainingConfig):
+    self._config = config
+    self._warned_loss = self._warned_chance = False
+    self._chance_streak = 0
+
+  def observe(self, round_num: int, train_loss, accuracy) -> None:
+    if not self._warned_loss and _diverging(train_loss):
+      self._warned_loss = True
+      logging.warning('Round %d: training loss %s (above %g): clients '
+                      'diverge; lower --client_lr.', round_num, train_loss,
+                      _DIVERGING_LOSS)
+    config = self._config
+    if accuracy is None or not config.chance_rounds or (
+        not config.chance_accuracy):
+      return
+    at_chance = accuracy <= _CHANCE_FACTOR * config.chance_accuracy
+    self._chance_streak = self._chance_streak + 1 if at_chance else 0
+    if self._chance_streak >= config.chance_rounds and not (
+        self._warned_chance):
+      self._warned_chance = True
+      logging.warning('Round %d: test accuracy at chance for %d evaluations '
+                      'in a row: the model is not learning; lower '
+                      '--client_lr or --server_lr.', round_num,
+                      self._chance_streak)
+
+
 def _diverging(train_loss) -> bool:
   return train_loss is not None and not train_loss <= _DIVERGING_LOSS
 
@@ -676,7 +711,7 @@ async def _train(
         if identified.expects_client_ids(process)
         else sampler.cohort
     )
-    empty_streak, warned_loss = 0, False
+    empty_streak, watch = 0, _Watch(config)
     for round_num in range(start_round + 1, config.rounds + 1):
       if stop.signum is not None:  # It came before this round started.
         return stop.signum
@@ -687,11 +722,8 @@ async def _train(
       empty_streak = _check_contributed(
           config, round_num, released.get('clients'),
           config.clients_per_round, empty_streak)
-      if not warned_loss and _diverging(train_loss):
-        warned_loss = True
-        logging.warning('Round %d: training loss %s (above %g): clients '
-                        'diverge; lower --client_lr.', round_num, train_loss,
-                        _DIVERGING_LOSS)
+      watch.observe(round_num, train_loss, released.get('test', {}).get(
+          config.accuracy_metric))
       if not empty_streak and _step_rejected(output.metrics):
         logging.warning(
             'Round %d: the server step was non-finite or overflowed and was '
