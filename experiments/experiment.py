@@ -653,6 +653,11 @@ def run(
   start_over = _check_resumable(output_dir, run_flags)
   _use_workers()
   process = _build_process(task, aggregator, output_dir, proxy_data)
+  if CLIENT_LR_DECAY.value != 1.0:
+    try:  # Before anything is written.
+      training.check_client_lr_schedule(process, CLIENT_LR.value)
+    except ValueError as e:
+      raise SystemExit(f'error: --aggregator={aggregator}: {e}') from e
   _write_run_files(output_dir, run_flags, partition_info, start_over)
   logging.info('%s: writing to %s', aggregator, output_dir)
   config = training.TrainingConfig(

@@ -690,6 +690,11 @@ def _run_round(process, state, sampler, cohort_fn, evaluator, config,
   return output, released, train_loss
 
 
+def check_client_lr_schedule(process, client_lr: float) -> None:
+  """Raises ValueError if `process` has no client learning rate to set."""
+  _set_client_learning_rate(process, process.initialize(), client_lr)
+
+
 async def _train(
     process: tff.learning.templates.LearningProcess,
     sampler: ClientSampler,
