@@ -36,9 +36,11 @@ class BuildFedGladProcessTest(parameterized.TestCase):
   @parameterized.named_parameters(
       ('fedavg', tff.learning.optimizers.build_sgdm(1.0),
        dict(kind='sgdm', lr=1.0), dict(beta=0.5)),
-      ('fedavgm_universal', tff.learning.optimizers.build_sgdm(0.5, 0.9),
+      ('fedavgm_universal_uniform',
+       tff.learning.optimizers.build_sgdm(0.5, 0.9),
        dict(kind='sgdm', lr=0.5, momentum=0.9),
-       dict(beta=0.7, grouping='universal')),
+       dict(beta=0.7, grouping='universal',
+            client_weighting=tff.learning.ClientWeighting.UNIFORM)),
       ('fedadam', tff.learning.optimizers.build_adam(0.05, epsilon=1e-8),
        dict(kind='adam', lr=0.05, epsilon=1e-8), dict(beta=0.5)),
       # Yogi end to end (App. E's rule with Yogi's second moment).
@@ -70,6 +72,8 @@ class BuildFedGladProcessTest(parameterized.TestCase):
       deltas = [numpy_references.linear_softmax_client_delta(
           weights.trainable, b, lr=0.5, mu=mu) for b in batches]
       sizes = np.array([sum(len(y) for _, y in b) for b in batches], float)
+      if 'client_weighting' in options:  # UNIFORM.
+        sizes = np.ones_like(sizes)
       if mu:  # The proximal term changes the clients.
         plain = numpy_references.linear_softmax_client_delta(
             weights.trainable, batches[3], lr=0.5)

@@ -47,8 +47,9 @@ class BuildFedLwsProcessTest(parameterized.TestCase):
        dict(beta=0.3, grouping=[[0], [1]], tau_mode='rms'),
        tff.learning.optimizers.build_sgdm(0.7, momentum=0.5),
        dict(kind='sgdm', lr=0.7, momentum=0.5), 0.0),
-      ('adam_clip_model_wise',
-       dict(beta=0.5, tau_clip=(0.01, 0.2), grouping='model'),
+      ('adam_clip_model_wise_uniform',
+       dict(beta=0.5, tau_clip=(0.01, 0.2), grouping='model',
+            client_weighting=tff.learning.ClientWeighting.UNIFORM),
        tff.learning.optimizers.build_adam(0.3, epsilon=1e-6),
        dict(kind='adam', lr=0.3, epsilon=1e-6), 0.0),
       # FedProx + FedLWS (the paper's FedProx base), checked against NumPy
@@ -78,6 +79,8 @@ class BuildFedLwsProcessTest(parameterized.TestCase):
             np.abs(deltas[0][0] - fedavg_deltas[0][0]).max(), 1e-3)
       tau = numpy_references.fedlws_tau(
           deltas, groups=groups, mode=options.get('tau_mode', 'exact'))
+      if 'client_weighting' in options:  # UNIFORM.
+        sizes = np.ones_like(sizes)
       w_hat = reference.step(
           weights.trainable, numpy_references.weighted_mean(deltas, sizes))
       gamma, _, want = numpy_references.fedlws_shrink(

@@ -12,6 +12,7 @@ from experiments import models
 from tff_aggregators import runtime
 from tests import numpy_references
 from tff_aggregators.finalizers import fedlws
+from tff_aggregators.finalizers import server_step
 
 _SHAPES = ([3, 2], [2], [2, 2], [2])
 _GROUPS = [[0, 1], [2, 3]]
@@ -170,6 +171,13 @@ class FedLwsFinalizerTest(parameterized.TestCase):
     np.testing.assert_allclose(output.measurements['gamma'], [gamma],
                                rtol=1e-5)
 
+  def test_all_finite_of_no_floating_tensor_is_true(self):
+    # server_step.all_finite, which every finalizer's rejection uses.
+    self.assertTrue(server_step.all_finite())
+    self.assertTrue(server_step.all_finite([tf.constant([1, 2])]))
+    self.assertFalse(server_step.all_finite(
+        [tf.constant([1, 2]), tf.constant([np.inf])]))
+
   def test_hparams_expose_beta(self):
     process = fedlws.build_fedlws_finalizer(
         _SGD, _WEIGHTS_TYPE, groups=_GROUPS, beta=0.1
@@ -188,6 +196,9 @@ class FedLwsFinalizerTest(parameterized.TestCase):
     with self.assertRaisesRegex(ValueError, 'tau_clip'):
       fedlws.build_fedlws_finalizer(_SGD, _WEIGHTS_TYPE, groups=_GROUPS,
                                     beta=0.1, tau_clip=(0.2, 0.01))
+    # The bounds may be 0 and equal.
+    fedlws.build_fedlws_finalizer(_SGD, _WEIGHTS_TYPE, groups=_GROUPS,
+                                  beta=0.1, tau_clip=(0.0, 0.0))
     with self.assertRaisesRegex(ValueError, 'exactly once'):
       fedlws.build_fedlws_finalizer(_SGD, _WEIGHTS_TYPE, groups=[[0, 1]],
                                     beta=0.1)
@@ -243,6 +254,7 @@ class FedLwsServerOptimizerTest(parameterized.TestCase):
       np.testing.assert_allclose(got['b'], b, rtol=1e-5)
       np.testing.assert_allclose(got['gamma'], gamma, rtol=1e-5)
       self.assertTrue(np.all(gamma < 0.99))  # The shrink did act.
+      self.assertEqual(got['update_non_finite'], 0)
       for g, w in zip(output.result.trainable, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
       state, weights = output.state, output.result
@@ -323,6 +335,12 @@ class LayerGroupsTest(parameterized.TestCase):
     groups = fedlws.model_layer_groups(model_fn)
     self.assertLen(groups, 22)
     self.assertTrue(all(len(g) <= 3 for g in groups))
+
+  def test_trailing_variables_join_the_last_of_several_groups(self):
+    names = ['a/kernel:0', 'a/bias:0', 'b/kernel:0', 'b/bias:0',
+             'c/kernel:0', 'c/bias:0', 'head/kernel:0']
+    self.assertEqual(fedlws.layer_groups(names),
+                     [[0, 1], [2, 3], [4, 5, 6]])
 
   def test_unknown_grouping(self):
     with self.assertRaisesRegex(ValueError, 'grouping'):
