@@ -160,7 +160,8 @@ ACCURACY_METRIC = flags.DEFINE_string(
     'Evaluation metric reported as accuracy (all are in the metrics CSV).',
 )
 SUMMARY_ROUNDS = flags.DEFINE_integer(
-    'summary_rounds', 10, 'The summary averages accuracy over these last rounds.'
+    'summary_rounds', 10,
+    'The summary averages accuracy over these last rounds.'
 )
 CACHE_DIR = flags.DEFINE_string(
     'cache_dir',

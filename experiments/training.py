@@ -568,10 +568,11 @@ def _check_finite(config: TrainingConfig, round_num: int, weights,
     raise TrainingDivergedError(
         f'Round {round_num} produced a non-finite model, training loss or '
         f'test metric (training loss {train_loss}, test '
-        f'{ {k: float(v) for k, v in (test or {}).items()} }). The state of round {round_num - 1} is kept in '
-        f'{config.output_dir}; lower the learning rates (--client_lr, '
-        '--server_lr) or check the data, and start over (--overwrite, or '
-        'the same command if no round was completed yet).'
+        f'{ {k: float(v) for k, v in (test or {}).items()} }). The state '
+        f'of round {round_num - 1} is kept in {config.output_dir}; lower '
+        'the learning rates (--client_lr, --server_lr) or check the data, '
+        'and start over (--overwrite, or the same command if no round was '
+        'completed yet).'
     )
 
 

@@ -20,7 +20,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
 
-from experiments import experiment  # pylint: disable=unused-import
+from experiments import experiment  # noqa: F401 (its flags' validators)
 from experiments import registry
 from experiments import run_files
 from tests import test_utils

@@ -368,14 +368,16 @@ class BinaryTest(absltest.TestCase):
           # The common case; a kill between the two steps is the hard one.
           test_utils.skip_unless_full_suite(self, 'round_2_released is harder')
         output_dir = self.create_tempdir().full_path
-        self._kill_when(output_dir, marker, lambda: kill_point(output_dir))
+        self._kill_when(output_dir, marker,
+                        lambda k=kill_point, d=output_dir: k(d))
         result = test_utils.run_module(
             'experiments.fmnist', self._args(output_dir), marker=marker
         )
         self.assertRegex(
             result.stderr, r'Resuming from the checkpoint of round [1234]'
         )
-        self.assertEqual(test_utils.metrics_without_timing(output_dir), expected)
+        self.assertEqual(test_utils.metrics_without_timing(output_dir),
+                         expected)
         for name in [training.SUMMARY_JSON, 'partition.json', 'accuracy.png']:
           self.assertTrue(os.path.exists(os.path.join(output_dir, name)))
 
