@@ -91,6 +91,19 @@ class FedCdaClientIdsTest(parameterized.TestCase):
           [self.datasets[i] for i in ids], ids)).state
     self.assertEqual(_seen(state), 4)
 
+  @parameterized.named_parameters(*_STORES)
+  def test_dropped_clients_are_counted(self, store_fn):
+    process = _process(store_fn)
+    x = np.full([3, 3], np.nan, np.float32)
+    y = np.zeros([3], np.int64)
+    diverging = tf.data.Dataset.from_tensor_slices((x, y)).batch(3)
+    empty = self.datasets[2].take(0)
+    output = process.next(process.initialize(), tff_aggregators.with_client_ids(
+        [self.datasets[0], diverging, empty], [0, 1, 2]))
+    self.assertEqual(
+        int(output.metrics['finalizer']['num_dropped_clients']), 2)
+    self.assertEqual(int(output.metrics['finalizer']['num_participants']), 1)
+
   def test_population_below_the_cohort_is_refused(self):
     with self.assertRaisesRegex(ValueError, 'num_clients .* at least '
                                 'max_clients'):

@@ -453,6 +453,8 @@ class FedCdaStoreProcess:
         old_models, old_losses, store[ranked_ids, ranked_slots],
         stored_losses[ranked_ids, ranked_slots],
         stamps[ranked_ids, ranked_slots] >= 0, fixed_models)
+    measurements = fedcda.with_dropped(
+        measurements, np.asarray(collected['weights']), np.int32(len(ids)))
     selected[ids] = np.take_along_axis(
         ranked_slots, ranks.numpy()[:, None], axis=1)[:, 0]
     new_trainable = tf.nest.map_structure(

@@ -187,6 +187,18 @@ def participants(w, collected, update_type, num_clients):
           tf.gather(tf.boolean_mask(client_weights, valid), by_id))
 
 
+def with_dropped(measurements, client_weights, num_participants):
+  """`measurements` plus `num_dropped_clients`: the round's rows left out.
+
+  A row is left out for a zero or non-finite weight, a non-finite update or
+  an empty dataset (id -1); the name is every method's (docs/faults.md).
+  """
+  measurements = collections.OrderedDict(measurements)
+  measurements['num_dropped_clients'] = (
+      tf.shape(client_weights)[0] - num_participants)
+  return measurements
+
+
 def check_ids(ids, num_clients):
   """`ids` after asserting each is in [-1, N) and none (but -1) repeats.
 
@@ -608,6 +620,7 @@ def build_fedcda_finalizer(
                                              chosen_slots),
         **sums,
     )
+    measurements = with_dropped(measurements, collected['weights'], p)
     return new_state, collect.unflatten(new, trainable_type), measurements
 
   return server_step.build_server_step_finalizer(
