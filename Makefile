@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 export PATH := $(CURDIR)/.venv/bin:$(PATH)
 
-.PHONY: setup demo test full_test benchmarks clean
+.PHONY: setup demo lint test full_test benchmarks clean
 
 setup:
 	@tools/setup.sh
@@ -12,12 +12,16 @@ setup:
 demo: setup
 	bazel run //experiments:demo
 
-test: setup
+# Ruff, configured in pyproject.toml (seconds); `make test` runs it first.
+lint: setup
+	ruff check .
+
+test: lint
 	bazel test //...
 
 # The suite plus the slow cases that repeat a covered code path (tests call
 # test_utils.skip_unless_full_suite; `make test` reports them as skipped).
-full_test: setup
+full_test: lint
 	bazel test --test_env=TFF_AGGREGATORS_FULL_SUITE=1 //...
 
 # Every table of benchmarks/README.md (about 1 hour on 2 cores).

@@ -169,7 +169,7 @@ class FedGladFactoryOptionsTest(absltest.TestCase):
       state = outputs[-1].state
     want = numpy_references.fedglad(rounds, eps=0.5, **options)
     default_eps = numpy_references.fedglad(rounds, **options)
-    for output, expected, other in zip(outputs, want, default_eps):
+    for output, expected in zip(outputs, want):
       got = output.measurements['fedglad']
       for key in ('gsi', 'baseline', 'multiplier'):
         np.testing.assert_allclose(got[key], expected[key], rtol=2e-5,

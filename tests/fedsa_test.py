@@ -10,7 +10,6 @@ import tensorflow_federated as tff
 
 from tff_aggregators import runtime
 from tests import numpy_references
-from tests import test_utils
 from tff_aggregators import algorithms
 from tff_aggregators.finalizers import fedsa
 
@@ -243,8 +242,9 @@ class BuildFedSaProcessTest(parameterized.TestCase):
       order = np.argsort(flat @ projection, kind='stable')
       tensors = [np.stack([np.ravel(models[k][i]) for k in order])
                  for i in range(len(weights.trainable))]
-      fedsa_of = lambda options: np.concatenate(numpy_references.fedsa(
-          tensors, sizes[order], dtype=np.float32, **options))
+      fedsa_of = (lambda options, tensors=tensors, order=order, sizes=sizes:
+                  np.concatenate(numpy_references.fedsa(
+                      tensors, sizes[order], dtype=np.float32, **options)))
       want = fedsa_of(reference)
       for key in sensitivity:  # Each option changes the result.
         sensitivity[key] = max(sensitivity[key], np.abs(fedsa_of(
@@ -266,7 +266,8 @@ class BuildFedSaProcessTest(parameterized.TestCase):
         trainable=[np.ones(4, np.float32)], non_trainable=[])
     deltas = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
     deltas[1, 0] = np.nan
-    output = process.next(process.initialize(), weights, collections.OrderedDict(
+    output = process.next(
+        process.initialize(), weights, collections.OrderedDict(
         values=deltas, weights=np.array([1.0, 1.0, 0.0], np.float32)))
     self.assertEqual(output.measurements['num_clients'], 1)
     np.testing.assert_allclose(output.result.trainable[0], 1.0 - deltas[0],
@@ -287,7 +288,8 @@ class BuildFedSaProcessTest(parameterized.TestCase):
         trainable=[np.zeros(6, np.float32), np.zeros(2, np.float32)],
         non_trainable=[])
     constant = np.tile(np.array([[0.5, -0.5]], np.float32), (4, 1))
-    output = process.next(process.initialize(), weights, collections.OrderedDict(
+    output = process.next(
+        process.initialize(), weights, collections.OrderedDict(
         values=-np.concatenate([_X, constant], axis=1),
         weights=np.ones(4, np.float32)))
     np.testing.assert_allclose(output.measurements['high_fraction'],

@@ -51,7 +51,8 @@ class LauncherTest(absltest.TestCase):
     process.send_signal(signal.SIGTERM)
     self.assertEqual(process.wait(timeout=30), 0)
     self.assertTrue(
-        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10)
+        test_utils.wait_until(
+            lambda: not test_utils.pids_with_marker(marker), 10)
     )
 
   def test_workers_die_with_a_killed_launcher(self):
@@ -60,7 +61,8 @@ class LauncherTest(absltest.TestCase):
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     self.assertTrue(
-        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10),
+        test_utils.wait_until(
+            lambda: not test_utils.pids_with_marker(marker), 10),
         f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 
@@ -121,8 +123,8 @@ def _tiny_processes():
           max_clusters=2),
       'fedcda': tff_aggregators.build_fedcda_process(model_fn, client, **cda),
       'fedcda_history_in_driver': tff_aggregators.build_fedcda_process(
-          model_fn, client, history_store=tff_aggregators.InMemoryHistoryStore(),
-          **cda),
+          model_fn, client,
+          history_store=tff_aggregators.InMemoryHistoryStore(), **cda),
   }
 
 

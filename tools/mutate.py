@@ -1,8 +1,9 @@
 """Mutation testing of the rule files, on a copy of the repository.
 
     .venv/bin/python tools/mutate.py                  # 8 mutants per file
-    .venv/bin/python tools/mutate.py --files=tff_aggregators/finalizers/fedlws.py \
-        --max_mutants=20 --seed=0 --report=/tmp/mutants.json
+    .venv/bin/python tools/mutate.py \
+        --files=tff_aggregators/finalizers/fedlws.py --max_mutants=20 \
+        --seed=0 --report=/tmp/mutants.json
 
 Copies the repository's tracked files (as they are in the working tree) to a
 temporary directory and, for each rule file (tff_aggregators/aggregators,
@@ -218,7 +219,8 @@ def run_tests(copy: str, selections: list[str], timeout: float) -> bool:
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument('--files', default='',
-                      help='Comma-separated rule files (default: all in TESTS).')
+                      help='Comma-separated rule files (default: all in '
+                      'TESTS).')
   parser.add_argument('--max_mutants', type=int, default=8,
                       help='At most this many mutants per file (0: all, '
                       'about 1,000 mutants: days on 2 cores).')
