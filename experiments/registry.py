@@ -14,6 +14,7 @@ import tensorflow as tf
 import tensorflow_federated as tff
 
 import tff_aggregators
+from tff_aggregators.aggregators import dropped_clients
 from tff_aggregators.aggregators import fedglad
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.algorithms import fedcda_store
@@ -101,6 +102,8 @@ def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   """FedAvg (FedAvgM, FedAdam, FedYogi by `--server_optimizer`), or FedProx."""
   client_weighting = tff.learning.ClientWeighting[
       FEDAVG_CLIENT_WEIGHTING.value.upper()]
+  # TFF's mean, counting the clients it drops (num_dropped_clients).
+  aggregator = dropped_clients.DroppedClientsFactory()
   if inputs.proximal_strength:  # A negative one is refused there.
     return client_works.build_weighted_fed_prox(
         model_fn=inputs.model_fn,
@@ -108,12 +111,14 @@ def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
         client_optimizer_fn=inputs.client_optimizer_fn,
         server_optimizer_fn=inputs.server_optimizer_fn,
         client_weighting=client_weighting,
+        model_aggregator=aggregator,
     )
   return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn=inputs.model_fn,
       client_optimizer_fn=inputs.client_optimizer_fn,
       server_optimizer_fn=inputs.server_optimizer_fn,
       client_weighting=client_weighting,
+      model_aggregator=aggregator,
   )
 
 
@@ -136,6 +141,8 @@ def _fedglad(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       inputs.model_fn,
       inputs.client_optimizer_fn,
       inputs.server_optimizer_fn,
+      model_aggregator=dropped_clients.DroppedClientsFactory(
+          tff.aggregators.MeanFactory(no_nan_division=True)),
       proximal_strength=inputs.proximal_strength,
       gamma=FEDGLAD_GAMMA.value,
       beta=FEDGLAD_BETA.value,

@@ -9,6 +9,7 @@ default execution context).
 """
 
 from tff_aggregators.aggregators.collect import CollectAllFactory
+from tff_aggregators.aggregators.dropped_clients import DroppedClientsFactory
 from tff_aggregators.aggregators.fedglad import FedGladFactory
 from tff_aggregators.aggregators.fedlws_stats import FedLwsStatsFactory
 from tff_aggregators.algorithms.client_works import build_weighted_fed_prox
@@ -41,6 +42,7 @@ __version__ = '0.1.0'
 __all__ = [
     'ClientDataSource',
     'CollectAllFactory',
+    'DroppedClientsFactory',
     'FedGladFactory',
     'FedLwsStatsFactory',
     'HistoryStore',
