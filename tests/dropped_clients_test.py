@@ -1,4 +1,4 @@
-"""DroppedClientsFactory: the inner aggregation as is, dropped clients counted."""
+"""DroppedClientsFactory: the inner mean as is, dropped clients counted."""
 
 
 from absl.testing import absltest
