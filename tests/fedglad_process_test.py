@@ -93,15 +93,19 @@ class BuildFedGladProcessTest(parameterized.TestCase):
       got = output.metrics['aggregator']['fedglad']
       np.testing.assert_allclose(got['multiplier'], s, rtol=1e-4)
       np.testing.assert_allclose(got['gsi'], glad['gsi'], rtol=1e-4)
+      np.testing.assert_allclose(got['baseline'], glad['baseline'],
+                                 rtol=1e-4)
       np.testing.assert_allclose(got['gsi_model'], universal['gsi'][0],
                                  rtol=1e-4)
       for g, w in zip(process.get_model_weights(state).trainable, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
     self.assertGreater(np.ptp(np.concatenate(multipliers)), 0.01)
-    # The default beta would give other multipliers in the last round.
+    # The default beta would give another GSI baseline in the last round
+    # (its multipliers can coincide where both are clipped at a bound).
     default_beta = numpy_references.fedglad(
-        rounds, gamma=0.5, beta=0.9, grouping=grouping)[-1]['multiplier']
-    self.assertGreater(np.abs(default_beta - multipliers[-1]).max(), 1e-3)
+        rounds, gamma=0.5, beta=0.9, grouping=grouping)[-1]['baseline']
+    self.assertGreater(
+        np.abs(default_beta - got['baseline']).max(), 1e-3)
 
   def test_gamma_zero_is_fedavg(self):
     datasets = test_utils.tiny_client_datasets(3)
