@@ -54,6 +54,15 @@ def _numpy_clients(weights, datasets, ids):
   return models, np.array(losses), np.array(sizes, np.float64)
 
 
+def _fixed_start(process, seed=0):
+  """The process's initial state at fixed weights (tiny_model_fn's are random)."""
+  rng = np.random.default_rng(seed)
+  return process.set_model_weights(
+      process.initialize(), tff.learning.models.ModelWeights(
+          trainable=[rng.uniform(-1, 1, size=(3, 2)).astype(np.float32),
+                     np.zeros(2, np.float32)], non_trainable=[]))
+
+
 def _cohorts(rounds, size, seed=0):
   rng = np.random.default_rng(seed)
   # In id order: the order FedCDA takes participants in.
@@ -95,7 +104,7 @@ class FedCdaTest(parameterized.TestCase):
         memory, batches, 1.0, warmup, _permutation(3),
         random_ranks=_random_ranks(3), leaf_sizes=_leaf_sizes(), **switches)
     unit_differs = False
-    state = process.initialize()
+    state = _fixed_start(process)
     older = 0
     for t, ids in enumerate(_cohorts(6, 4)):
       models, losses, sizes = _numpy_clients(
@@ -145,7 +154,7 @@ class FedCdaTest(parameterized.TestCase):
         [(1, None), (4, None)],
         [(0, None), (1, None), (2, None), (3, None)],
     ]
-    state = process.initialize()
+    state = _fixed_start(process)
     older = 0
     for t, cohort in enumerate(rounds):
       ids = [i for i, data in cohort if data is None]

@@ -66,7 +66,11 @@ class FedLawRoundsTest(absltest.TestCase):
         proxy_loss_fn=_weighted_loss,
         client_weighting=tff.learning.ClientWeighting.UNIFORM)
     datasets = test_utils.tiny_client_datasets(4)
-    state = process.initialize()
+    rng = np.random.default_rng(0)
+    state = process.set_model_weights(  # Fixed (tiny_model_fn's are random).
+        process.initialize(), tff.learning.models.ModelWeights(
+            trainable=[rng.uniform(-1, 1, size=(3, 2)).astype(np.float32),
+                       np.zeros(2, np.float32)], non_trainable=[]))
     for round_num in range(3):
       rows, _ = _client_rows(process.get_model_weights(state), datasets)
 
