@@ -55,7 +55,7 @@ def _numpy_clients(weights, datasets, ids):
 
 
 def _fixed_start(process, seed=0):
-  """The process's initial state at fixed weights (tiny_model_fn's are random)."""
+  """The process's initial state at fixed weights (tiny_model_fn's vary)."""
   rng = np.random.default_rng(seed)
   return process.set_model_weights(
       process.initialize(), tff.learning.models.ModelWeights(
