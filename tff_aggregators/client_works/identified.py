@@ -241,6 +241,26 @@ def last_epoch_loss(batch_sizes, batch_losses, local_epochs):
       tf.reduce_sum(share * batch_losses), tf.reduce_sum(share)), tf.float32)
 
 
+def delta_and_weight(model, initial_weights, weights, num_examples,
+                     client_weighting):
+  """(delta, weight, non_finite) of a trained client, as TFF's client work.
+
+  A non-finite delta becomes zeros of weight 0 and the client's metrics are
+  reset (`build_model_delta_client_work`, TFF 0.87). Runs in a tf.function.
+  """
+  delta = tf.nest.map_structure(
+      tf.subtract, initial_weights.trainable, weights.trainable)
+  delta, non_finite = tff_compat.zero_all_if_any_non_finite(delta)
+  if non_finite > 0:  # No weight, no metrics, as TFF's client work.
+    weight = tf.constant(0.0, tf.float32)
+    model.reset_metrics()
+  elif client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
+    weight = tf.cast(num_examples, tf.float32)
+  else:
+    weight = tf.constant(1.0, tf.float32)
+  return delta, weight, non_finite
+
+
 def _build_training(model_fn, optimizer, client_weighting,
                     loop_implementation, local_epochs):
   """The local training of TFF's model-delta client work, plus id and loss.
@@ -300,16 +320,8 @@ def _build_training(model_fn, optimizer, client_weighting,
 
     num_examples, client_id, sizes, losses, _ = training_loop(
         reduce_fn, data, initial_state)
-    delta = tf.nest.map_structure(
-        tf.subtract, initial_weights.trainable, weights.trainable)
-    delta, non_finite = tff_compat.zero_all_if_any_non_finite(delta)
-    if non_finite > 0:  # No weight, no metrics, as TFF's client work.
-      weight = tf.constant(0.0, tf.float32)
-      model.reset_metrics()
-    elif client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
-      weight = tf.cast(num_examples, tf.float32)
-    else:
-      weight = tf.constant(1.0, tf.float32)
+    delta, weight, _ = delta_and_weight(model, initial_weights, weights,
+                                        num_examples, client_weighting)
     loss = last_epoch_loss(sizes.stack(), losses.stack(), local_epochs)
     return (delta, weight, loss, client_id,
             model.report_local_unfinalized_metrics())

@@ -419,16 +419,8 @@ def _start_state(optimizer, specs, hparams, table, has_state, num_clients):
 def _client_outputs(model, initial_weights, weights, num_examples, client_id,
                     optimizer, optimizer_state, client_weighting):
   """(ClientResult, metrics, row, write flag) as TFF's client work gives."""
-  delta = tf.nest.map_structure(
-      tf.subtract, initial_weights.trainable, weights.trainable)
-  delta, non_finite = tff_compat.zero_all_if_any_non_finite(delta)
-  if non_finite > 0:  # No weight, no metrics, as TFF's client work.
-    weight = tf.constant(0.0, tf.float32)
-    model.reset_metrics()
-  elif client_weighting == tff.learning.ClientWeighting.NUM_EXAMPLES:
-    weight = tf.cast(num_examples, tf.float32)
-  else:
-    weight = tf.constant(1.0, tf.float32)
+  delta, weight, non_finite = identified.delta_and_weight(
+      model, initial_weights, weights, num_examples, client_weighting)
   written = tf.logical_and(tf.equal(non_finite, 0),
                            tf.not_equal(client_id, identified.NO_ID))
   row = collections.OrderedDict([
