@@ -12,9 +12,11 @@ setup:
 demo: setup
 	bazel run //experiments:demo
 
-# Ruff, configured in pyproject.toml (seconds); `make test` runs it first.
+# Ruff's linter and formatter, configured in pyproject.toml (seconds); `make
+# test` runs it first. `ruff format .` rewrites the tree to the format.
 lint: setup
 	ruff check .
+	ruff format --check .
 
 test: lint
 	bazel test //...

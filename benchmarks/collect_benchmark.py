@@ -38,18 +38,19 @@ from experiments import run_files
 from tff_aggregators.aggregators import collect
 
 _OUTPUT_DIR = flags.DEFINE_string(
-    'benchmark_output_dir', None, 'Where to write the results (required).'
+  'benchmark_output_dir', None, 'Where to write the results (required).'
 )
 _COHORTS = flags.DEFINE_list('cohorts', ['10', '50', '100'], 'Cohort sizes.')
 _SIZES = flags.DEFINE_list(
-    'sizes', ['100000', '1000000', '10000000'], 'Parameters per client.'
+  'sizes', ['100000', '1000000', '10000000'], 'Parameters per client.'
 )
 _REPEATS = flags.DEFINE_integer('repeats', 3, 'Timed calls per combination.')
 _MAX_GB = flags.DEFINE_float(
-    'max_collected_gb', 4.0,
-    'Skip combinations with a larger n * D * 4 bytes (the worker holds the '
-    'clients\' values, the collected slots and the stacked result: about 3 '
-    'such copies).',
+  'max_collected_gb',
+  4.0,
+  'Skip combinations with a larger n * D * 4 bytes (the worker holds the '
+  "clients' values, the collected slots and the stacked result: about 3 "
+  'such copies).',
 )
 
 
@@ -80,9 +81,11 @@ def _calls(value_type):
 
     @tff.federated_computation(seeds_type)
     def call(seeds):
-      output = process.next(process.initialize(),
-                            tff.federated_map(make, seeds),
-                            tff.federated_map(unit_weight, seeds))
+      output = process.next(
+        process.initialize(),
+        tff.federated_map(make, seeds),
+        tff.federated_map(unit_weight, seeds),
+      )
       return tff.federated_map(consume, output.result)
 
     return call
@@ -98,8 +101,11 @@ def _calls(value_type):
   def collect_all(n):
     return aggregation(collect.CollectAllFactory(n), collected_checksum)
 
-  return (values_alone, aggregation(tff.aggregators.MeanFactory(),
-                                    mean_checksum), collect_all)
+  return (
+    values_alone,
+    aggregation(tff.aggregators.MeanFactory(), mean_checksum),
+    collect_all,
+  )
 
 
 def main(argv):
@@ -112,53 +118,64 @@ def main(argv):
       row = collections.OrderedDict(clients=n, parameters=size)
       gigabytes = n * size * 4 / 2**30
       if gigabytes > _MAX_GB.value:
-        row['skipped'] = (f'collected result {gigabytes:.1f} GB > '
-                          '--max_collected_gb')
+        row['skipped'] = (
+          f'collected result {gigabytes:.1f} GB > --max_collected_gb'
+        )
         rows.append(row)
         print(dict(row), flush=True)
         continue
       seeds = list(range(n))
+
       def timed(call, seeds=seeds):
-        return common.on_fresh_worker(lambda: common.median_seconds(
-            lambda: call(seeds), _REPEATS.value))
-      (row['values_seconds'], _), row['values_worker_mb'] = timed(
-          values_alone)
+        return common.on_fresh_worker(
+          lambda: common.median_seconds(lambda: call(seeds), _REPEATS.value)
+        )
+
+      (row['values_seconds'], _), row['values_worker_mb'] = timed(values_alone)
       (row['mean_seconds'], mean_sum), row['mean_worker_mb'] = timed(mean)
       (row['collect_seconds'], collect_sum), row['collect_worker_mb'] = timed(
-          collect_all(n))
+        collect_all(n)
+      )
       np.testing.assert_allclose(collect_sum, mean_sum, rtol=1e-5)
       row['ratio_to_mean'] = row['collect_seconds'] / row['mean_seconds']
       row['collect_ns_per_element'] = (
-          row['collect_seconds'] - row['values_seconds']) / (n * size) * 1e9
+        (row['collect_seconds'] - row['values_seconds']) / (n * size) * 1e9
+      )
       print(dict(row), flush=True)
       rows.append(row)
   results = collections.OrderedDict(
-      date=time.strftime('%Y-%m-%d'), cpus=os.cpu_count(),
-      repeats=_REPEATS.value, rows=rows,
+    date=time.strftime('%Y-%m-%d'),
+    cpus=os.cpu_count(),
+    repeats=_REPEATS.value,
+    rows=rows,
   )
-  run_files.write_json(os.path.join(output_dir, 'collect_benchmark.json'),
-                       results)
+  run_files.write_json(
+    os.path.join(output_dir, 'collect_benchmark.json'), results
+  )
   lines = [
-      '| clients n | parameters D | values alone s | MeanFactory s | '
-      'CollectAll s | ratio | collect ns per element | worker peak MB '
-      '(values alone / mean / collect) |',
-      '|---|---|---|---|---|---|---|---|',
+    '| clients n | parameters D | values alone s | MeanFactory s | '
+    'CollectAll s | ratio | collect ns per element | worker peak MB '
+    '(values alone / mean / collect) |',
+    '|---|---|---|---|---|---|---|---|',
   ]
   for r in rows:
     if 'skipped' in r:
-      lines.append(f'| {r["clients"]} | {r["parameters"]:,} | - | - | - | - | '
-                   f'- | skipped: {r["skipped"]} |')
+      lines.append(
+        f'| {r["clients"]} | {r["parameters"]:,} | - | - | - | - | '
+        f'- | skipped: {r["skipped"]} |'
+      )
     else:
       lines.append(
-          f'| {r["clients"]} | {r["parameters"]:,} | '
-          f'{r["values_seconds"]:.3f} | {r["mean_seconds"]:.3f} '
-          f'| {r["collect_seconds"]:.3f} | {r["ratio_to_mean"]:.2f} | '
-          f'{r["collect_ns_per_element"]:.2f} | '
-          f'{r["values_worker_mb"]:.0f} / {r["mean_worker_mb"]:.0f} / '
-          f'{r["collect_worker_mb"]:.0f} |'
+        f'| {r["clients"]} | {r["parameters"]:,} | '
+        f'{r["values_seconds"]:.3f} | {r["mean_seconds"]:.3f} '
+        f'| {r["collect_seconds"]:.3f} | {r["ratio_to_mean"]:.2f} | '
+        f'{r["collect_ns_per_element"]:.2f} | '
+        f'{r["values_worker_mb"]:.0f} / {r["mean_worker_mb"]:.0f} / '
+        f'{r["collect_worker_mb"]:.0f} |'
       )
-  run_files.write_text(os.path.join(output_dir, 'collect_benchmark.md'),
-                       '\n'.join(lines) + '\n')
+  run_files.write_text(
+    os.path.join(output_dir, 'collect_benchmark.md'), '\n'.join(lines) + '\n'
+  )
   print('\n'.join(lines))
 
 

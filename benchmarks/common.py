@@ -25,8 +25,9 @@ def output_dir(argv: Sequence[str], flag_value: str) -> str:
   return path
 
 
-def median_seconds(call: Callable[[], object], repeats: int,
-                   budget_seconds: float | None = None):
+def median_seconds(
+  call: Callable[[], object], repeats: int, budget_seconds: float | None = None
+):
   """(median seconds of the timed calls, last result), after a warm-up call.
 
   Times `repeats` calls, or fewer (at least one) once `budget_seconds` of
@@ -35,7 +36,8 @@ def median_seconds(call: Callable[[], object], repeats: int,
   result = call()  # Warm-up: tracing, worker caches.
   times = []
   while len(times) < repeats and (
-      not times or budget_seconds is None or sum(times) < budget_seconds):
+    not times or budget_seconds is None or sum(times) < budget_seconds
+  ):
     started = time.monotonic()
     result = call()
     times.append(time.monotonic() - started)
@@ -63,7 +65,7 @@ def on_fresh_worker(measure: Callable[[], object]):
       if worker.poll() is None:
         raise
       raise WorkerDiedError(
-          f'the worker died (exit status {worker.poll()}; out of memory?)'
+        f'the worker died (exit status {worker.poll()}; out of memory?)'
       ) from e
     return result, worker.memory_mb()
   finally:
@@ -80,9 +82,14 @@ def random_value(value_type, seed: tf.Tensor, scale: float = 1e-3):
   client's int32 seed; leaf i uses the stateless seed (seed, i).
   """
   leaves = [
-      scale * (tf.random.stateless_uniform(
-          leaf.shape, seed=tf.stack([seed, i]), dtype=tf.float32) - 0.5)
-      for i, leaf in enumerate(value_types.leaf_types(value_type))
+    scale
+    * (
+      tf.random.stateless_uniform(
+        leaf.shape, seed=tf.stack([seed, i]), dtype=tf.float32
+      )
+      - 0.5
+    )
+    for i, leaf in enumerate(value_types.leaf_types(value_type))
   ]
   return tf.nest.pack_sequence_as(value_types.template(value_type), leaves)
 
@@ -93,5 +100,9 @@ def checksum(value) -> tf.Tensor:
   Casts each leaf to float64 (twice its size): use it on model-sized values,
   not on collected [n, D] ones (reduce those over the clients first).
   """
-  return tf.add_n([tf.reduce_sum(tf.square(tf.cast(x, tf.float64)))
-                   for x in tf.nest.flatten(value)])
+  return tf.add_n(
+    [
+      tf.reduce_sum(tf.square(tf.cast(x, tf.float64)))
+      for x in tf.nest.flatten(value)
+    ]
+  )

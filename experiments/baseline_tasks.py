@@ -58,57 +58,57 @@ def _lr(client_log10: float, server_log10: float) -> tuple[float, float]:
 
 
 SETTINGS = {
-    'femnist': TaskSettings(
-        models=('cnn_dropout', 'cnn', '2nn', 'resnet18'),
-        clients_per_round=10,
-        batch_size=20,
-        rounds=1500,
-        max_client_examples=None,
-        eval_examples=None,
-        accuracy_metric='sparse_categorical_accuracy',
-        learning_rates={
-            'sgd': _lr(-1, 0),
-            'sgdm': _lr(-1.5, -0.5),
-            'adam': _lr(-1.5, -2.5),
-            'yogi': _lr(-1.5, -2.5),
-        },
-        server_epsilon=1e-4,
-        files=('emnist_all.sqlite',),
-    ),
-    'stackoverflow': TaskSettings(
-        models=('lstm',),
-        clients_per_round=50,
-        batch_size=16,
-        rounds=1500,
-        max_client_examples=1000,
-        eval_examples=10_000,
-        accuracy_metric='accuracy_without_out_of_vocab_or_end_of_sentence',
-        learning_rates={
-            'sgd': _lr(-0.5, 0),
-            'sgdm': _lr(-0.5, 0),
-            'adam': _lr(-0.5, -2),
-            'yogi': _lr(-0.5, -2),
-        },
-        server_epsilon=1e-5,
-        files=('stackoverflow.sqlite', 'stackoverflow.word_count.tar.bz2'),
-    ),
-    'cifar100_federated': TaskSettings(
-        models=('resnet18', 'resnet34', 'resnet50', 'resnet101', 'resnet152'),
-        clients_per_round=10,
-        batch_size=20,
-        rounds=4000,
-        max_client_examples=None,
-        eval_examples=None,
-        accuracy_metric='sparse_categorical_accuracy',
-        learning_rates={
-            'sgd': _lr(-1, 0.5),
-            'sgdm': _lr(-1.5, 0),
-            'adam': _lr(-1.5, 0),
-            'yogi': _lr(-1.5, 0),
-        },
-        server_epsilon=1e-1,
-        files=('cifar100.sqlite',),
-    ),
+  'femnist': TaskSettings(
+    models=('cnn_dropout', 'cnn', '2nn', 'resnet18'),
+    clients_per_round=10,
+    batch_size=20,
+    rounds=1500,
+    max_client_examples=None,
+    eval_examples=None,
+    accuracy_metric='sparse_categorical_accuracy',
+    learning_rates={
+      'sgd': _lr(-1, 0),
+      'sgdm': _lr(-1.5, -0.5),
+      'adam': _lr(-1.5, -2.5),
+      'yogi': _lr(-1.5, -2.5),
+    },
+    server_epsilon=1e-4,
+    files=('emnist_all.sqlite',),
+  ),
+  'stackoverflow': TaskSettings(
+    models=('lstm',),
+    clients_per_round=50,
+    batch_size=16,
+    rounds=1500,
+    max_client_examples=1000,
+    eval_examples=10_000,
+    accuracy_metric='accuracy_without_out_of_vocab_or_end_of_sentence',
+    learning_rates={
+      'sgd': _lr(-0.5, 0),
+      'sgdm': _lr(-0.5, 0),
+      'adam': _lr(-0.5, -2),
+      'yogi': _lr(-0.5, -2),
+    },
+    server_epsilon=1e-5,
+    files=('stackoverflow.sqlite', 'stackoverflow.word_count.tar.bz2'),
+  ),
+  'cifar100_federated': TaskSettings(
+    models=('resnet18', 'resnet34', 'resnet50', 'resnet101', 'resnet152'),
+    clients_per_round=10,
+    batch_size=20,
+    rounds=4000,
+    max_client_examples=None,
+    eval_examples=None,
+    accuracy_metric='sparse_categorical_accuracy',
+    learning_rates={
+      'sgd': _lr(-1, 0.5),
+      'sgdm': _lr(-1.5, 0),
+      'adam': _lr(-1.5, 0),
+      'yogi': _lr(-1.5, 0),
+    },
+    server_epsilon=1e-1,
+    files=('cifar100.sqlite',),
+  ),
 }
 
 
@@ -142,8 +142,9 @@ def _link_into_keras_cache(path: str, cache_subdir: str) -> None:
 def check_data(name: str, cache_dir: str) -> None:
   """Raises `DataNotFoundError` naming each missing file and how to get it."""
   missing = [
-      f for f in SETTINGS[name].files
-      if not os.path.isfile(os.path.join(cache_dir, f))
+    f
+    for f in SETTINGS[name].files
+    if not os.path.isfile(os.path.join(cache_dir, f))
   ]
   if not missing:
     for f in SETTINGS[name].files:
@@ -155,19 +156,19 @@ def check_data(name: str, cache_dir: str) -> None:
     base = os.path.basename(f)
     if f.endswith('.sqlite'):
       how.append(
-          f'{os.path.join(cache_dir, f)}: download {_ORIGIN}{base}.lzma on a '
-          f'machine with internet, decompress it (`unlzma {base}.lzma`) and '
-          f'copy {base} there'
+        f'{os.path.join(cache_dir, f)}: download {_ORIGIN}{base}.lzma on a '
+        f'machine with internet, decompress it (`unlzma {base}.lzma`) and '
+        f'copy {base} there'
       )
     else:
       how.append(
-          f'{os.path.join(cache_dir, f)}: download {_ORIGIN}{base} and copy '
-          'it there unchanged (its SHA-256 is checked)'
+        f'{os.path.join(cache_dir, f)}: download {_ORIGIN}{base} and copy '
+        'it there unchanged (its SHA-256 is checked)'
       )
   raise data_lib.DataNotFoundError(
-      f'{name} data is missing from --cache_dir={cache_dir}. '
-      + '; '.join(how)
-      + '. Or run with --use_synthetic_data for a smoke run.'
+    f'{name} data is missing from --cache_dir={cache_dir}. '
+    + '; '.join(how)
+    + '. Or run with --use_synthetic_data for a smoke run.'
   )
 
 
@@ -175,34 +176,35 @@ def warn_if_not_indexed(database: str) -> None:
   """Warns when client look-ups in a TFF SQLite file scan the whole table."""
   with sqlite3.connect(database) as connection:
     indexed = any(
-        row[2] == 'client_id'
-        for (_, index, *_) in connection.execute(
-            "PRAGMA index_list('examples')"
-        ).fetchall()
-        for row in connection.execute(f"PRAGMA index_info('{index}')")
+      row[2] == 'client_id'
+      for (_, index, *_) in connection.execute(
+        "PRAGMA index_list('examples')"
+      ).fetchall()
+      for row in connection.execute(f"PRAGMA index_info('{index}')")
     )
   if not indexed:
     logging.warning(
-        '%s has no index on examples.client_id: every client dataset scans '
-        'the whole table. Create one once with: sqlite3 %s "CREATE INDEX '
-        'examples_client_id ON examples (client_id, split_name)"',
-        database, database,
+      '%s has no index on examples.client_id: every client dataset scans '
+      'the whole table. Create one once with: sqlite3 %s "CREATE INDEX '
+      'examples_client_id ON examples (client_id, split_name)"',
+      database,
+      database,
     )
 
 
 def create_task(
-    name: str,
-    *,
-    cache_dir: str,
-    use_synthetic_data: bool,
-    model: str,
-    batch_size: int,
-    local_epochs: int,
-    max_client_examples: Optional[int],
-    sequence_length: int = 20,
-    vocab_size: int = 10_000,
-    crop_size: int = 24,
-    distort_train_images: bool = True,
+  name: str,
+  *,
+  cache_dir: str,
+  use_synthetic_data: bool,
+  model: str,
+  batch_size: int,
+  local_epochs: int,
+  max_client_examples: Optional[int],
+  sequence_length: int = 20,
+  vocab_size: int = 10_000,
+  crop_size: int = 24,
+  distort_train_images: bool = True,
 ) -> tff.simulation.baselines.BaselineTask:
   """Builds task `name` with TFF's task builder.
 
@@ -226,55 +228,56 @@ def create_task(
   """
   settings = SETTINGS[name]
   if model not in settings.models:
-    raise ValueError(f'--model={model} is not a {name} model; use one of '
-                     f'{settings.models}.')
+    raise ValueError(
+      f'--model={model} is not a {name} model; use one of {settings.models}.'
+    )
   if not use_synthetic_data:
     check_data(name, cache_dir)
   train_spec = tff.simulation.baselines.ClientSpec(
-      num_epochs=local_epochs,
-      batch_size=batch_size,
-      max_elements=max_client_examples,
-      shuffle_buffer_size=1,
+    num_epochs=local_epochs,
+    batch_size=batch_size,
+    max_elements=max_client_examples,
+    shuffle_buffer_size=1,
   )
   if name == 'femnist':
     return tff.simulation.baselines.emnist.create_character_recognition_task(
-        train_spec,
-        model_id=model,
-        only_digits=False,
-        cache_dir=cache_dir,
-        use_synthetic_data=use_synthetic_data,
+      train_spec,
+      model_id=model,
+      only_digits=False,
+      cache_dir=cache_dir,
+      use_synthetic_data=use_synthetic_data,
     )
   if name == 'cifar100_federated':
     return tff.simulation.baselines.cifar100.create_image_classification_task(
-        train_spec,
-        model_id=model,
-        crop_height=crop_size,
-        crop_width=crop_size,
-        distort_train_images=distort_train_images,
-        cache_dir=cache_dir,
-        use_synthetic_data=use_synthetic_data,
+      train_spec,
+      model_id=model,
+      crop_height=crop_size,
+      crop_width=crop_size,
+      distort_train_images=distort_train_images,
+      cache_dir=cache_dir,
+      use_synthetic_data=use_synthetic_data,
     )
   if not use_synthetic_data:
     # TFF reads the vocabulary through Keras' cache (with a pinned hash),
     # not from `cache_dir`.
     _link_into_keras_cache(
-        os.path.join(cache_dir, 'stackoverflow.word_count.tar.bz2'), 'datasets'
+      os.path.join(cache_dir, 'stackoverflow.word_count.tar.bz2'), 'datasets'
     )
   return tff.simulation.baselines.stackoverflow.create_word_prediction_task(
-      train_spec,
-      sequence_length=sequence_length,
-      vocab_size=vocab_size,
-      cache_dir=cache_dir,
-      use_synthetic_data=use_synthetic_data,
+    train_spec,
+    sequence_length=sequence_length,
+    vocab_size=vocab_size,
+    cache_dir=cache_dir,
+    use_synthetic_data=use_synthetic_data,
   )
 
 
 def evaluation_data(
-    task: tff.simulation.baselines.BaselineTask,
-    *,
-    num_examples: Optional[int],
-    seed: int,
-    proxy_size: int = 0,
+  task: tff.simulation.baselines.BaselineTask,
+  *,
+  num_examples: Optional[int],
+  seed: int,
+  proxy_size: int = 0,
 ) -> tuple[tf.data.Dataset, Optional[tf.data.Dataset]]:
   """A fixed, seeded evaluation sample and a server proxy set, held out.
 
@@ -308,16 +311,16 @@ def flag_defaults(name: str) -> collections.OrderedDict[str, object]:
   """The experiment-flag defaults of task `name`."""
   settings = SETTINGS[name]
   return collections.OrderedDict(
-      model=settings.models[0],
-      clients_per_round=settings.clients_per_round,
-      batch_size=settings.batch_size,
-      rounds=settings.rounds,
-      max_client_examples=settings.max_client_examples,
-      eval_examples=settings.eval_examples,
-      accuracy_metric=settings.accuracy_metric,
-      server_epsilon=settings.server_epsilon,
-      server_beta2=0.99,  # Reddi et al.'s Adam/Yogi.
-      eval_every=10,
-      summary_rounds=100,  # Reddi et al. report the last 100 rounds' mean.
-      cache_dir='~/.tff',
+    model=settings.models[0],
+    clients_per_round=settings.clients_per_round,
+    batch_size=settings.batch_size,
+    rounds=settings.rounds,
+    max_client_examples=settings.max_client_examples,
+    eval_examples=settings.eval_examples,
+    accuracy_metric=settings.accuracy_metric,
+    server_epsilon=settings.server_epsilon,
+    server_beta2=0.99,  # Reddi et al.'s Adam/Yogi.
+    eval_every=10,
+    summary_rounds=100,  # Reddi et al. report the last 100 rounds' mean.
+    cache_dir='~/.tff',
   )

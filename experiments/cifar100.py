@@ -13,8 +13,8 @@ from experiments import experiment
 
 if __name__ == '__main__':
   experiment.set_defaults(
-      model='simple_cnn',
-      normalization='symmetric',
-      data_dir='~/tensorflow_datasets',
+    model='simple_cnn',
+    normalization='symmetric',
+    data_dir='~/tensorflow_datasets',
   )
   app.run(experiment.image_classification_main('cifar100'))

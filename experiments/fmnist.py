@@ -13,6 +13,6 @@ from experiments import data
 
 if __name__ == '__main__':
   experiment.set_defaults(
-      model='lenet', normalization='unit', data_dir=data.FASHION_MNIST_DIR
+    model='lenet', normalization='unit', data_dir=data.FASHION_MNIST_DIR
   )
   app.run(experiment.image_classification_main('fmnist'))

@@ -62,67 +62,67 @@ class _LayerFactory:
     bound = 1.0 / math.sqrt(fan_in)
     # U(+-sqrt(3 * scale / fan_in)) = U(+-1/sqrt(fan_in)).
     kernel = tf.keras.initializers.VarianceScaling(
-        scale=1.0 / 3.0,
-        mode='fan_in',
-        distribution='uniform',
-        seed=self._next_seed(),
+      scale=1.0 / 3.0,
+      mode='fan_in',
+      distribution='uniform',
+      seed=self._next_seed(),
     )
     bias = tf.keras.initializers.RandomUniform(
-        -bound, bound, seed=self._next_seed()
+      -bound, bound, seed=self._next_seed()
     )
     return kernel, bias
 
   def conv(
-      self,
-      x: tf.Tensor,
-      filters: int,
-      kernel_size: int,
-      strides: int = 1,
-      padding: str = 'same',
-      use_bias: bool = True,
-      activation: Optional[str] = None,
+    self,
+    x: tf.Tensor,
+    filters: int,
+    kernel_size: int,
+    strides: int = 1,
+    padding: str = 'same',
+    use_bias: bool = True,
+    activation: Optional[str] = None,
   ) -> tf.Tensor:
     """Conv2D; 'same' means PyTorch's padding = kernel_size // 2."""
     kernel_init, bias_init = self._initializers(
-        kernel_size * kernel_size * x.shape[-1]
+      kernel_size * kernel_size * x.shape[-1]
     )
     if padding == 'same' and strides > 1 and kernel_size > 1:
       x = tf.keras.layers.ZeroPadding2D(kernel_size // 2)(x)
       padding = 'valid'
     return tf.keras.layers.Conv2D(
-        filters,
-        kernel_size,
-        strides=strides,
-        padding=padding,
-        use_bias=use_bias,
-        activation=activation,
-        kernel_initializer=kernel_init,
-        bias_initializer=bias_init,
-        kernel_regularizer=self._regularizer(),
-        bias_regularizer=self._regularizer() if use_bias else None,
+      filters,
+      kernel_size,
+      strides=strides,
+      padding=padding,
+      use_bias=use_bias,
+      activation=activation,
+      kernel_initializer=kernel_init,
+      bias_initializer=bias_init,
+      kernel_regularizer=self._regularizer(),
+      bias_regularizer=self._regularizer() if use_bias else None,
     )(x)
 
   def dense(
-      self, x: tf.Tensor, units: int, activation: Optional[str] = None
+    self, x: tf.Tensor, units: int, activation: Optional[str] = None
   ) -> tf.Tensor:
     kernel_init, bias_init = self._initializers(x.shape[-1])
     return tf.keras.layers.Dense(
-        units,
-        activation=activation,
-        kernel_initializer=kernel_init,
-        bias_initializer=bias_init,
-        kernel_regularizer=self._regularizer(),
-        bias_regularizer=self._regularizer(),
+      units,
+      activation=activation,
+      kernel_initializer=kernel_init,
+      bias_initializer=bias_init,
+      kernel_regularizer=self._regularizer(),
+      bias_regularizer=self._regularizer(),
     )(x)
 
   def group_norm(self, x: tf.Tensor, groups: int) -> tf.Tensor:
     # epsilon as PyTorch's GroupNorm/BatchNorm2d.
     return tf.keras.layers.GroupNormalization(
-        groups=groups,
-        axis=-1,
-        epsilon=1e-5,
-        gamma_regularizer=self._regularizer(),
-        beta_regularizer=self._regularizer(),
+      groups=groups,
+      axis=-1,
+      epsilon=1e-5,
+      gamma_regularizer=self._regularizer(),
+      beta_regularizer=self._regularizer(),
     )(x)
 
 
@@ -131,10 +131,10 @@ def _relu(x: tf.Tensor) -> tf.Tensor:
 
 
 def create_mlp(
-    input_shape: _Shape = (28, 28, 1),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
+  input_shape: _Shape = (28, 28, 1),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """MLP in-200-200-classes with ReLU (FedLAW App. D.3; FedLWS App. B.6).
 
@@ -151,10 +151,10 @@ def create_mlp(
 
 
 def create_lenet(
-    input_shape: _Shape = (28, 28, 1),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
+  input_shape: _Shape = (28, 28, 1),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """FedLAW's `LeNet5` for Fashion-MNIST (authors' code; not classic LeNet-5).
 
@@ -173,10 +173,10 @@ def create_lenet(
 
 
 def create_simple_cnn(
-    input_shape: _Shape = (32, 32, 3),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
+  input_shape: _Shape = (32, 32, 3),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """SimpleCNN, the "CNN" of FedLAW App. D.3 and FedLWS App. C.5 (`CNNCifar10`).
 
@@ -199,10 +199,10 @@ def create_simple_cnn(
 
 
 def create_dropout_cnn(
-    input_shape: _Shape = (28, 28, 1),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
+  input_shape: _Shape = (28, 28, 1),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """The CNN with dropout of Reddi et al. (2021), FedGLAD's MNIST model.
 
@@ -226,10 +226,10 @@ def create_dropout_cnn(
 
 
 def create_fedavg_cnn(
-    input_shape: _Shape = (28, 28, 1),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
+  input_shape: _Shape = (28, 28, 1),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """FedCDA's Fashion-MNIST "simple CNN", the CNN of McMahan et al. (2017).
 
@@ -251,19 +251,19 @@ def create_fedavg_cnn(
 
 
 def _conv_norm(
-    f: _LayerFactory,
-    x: tf.Tensor,
-    filters: int,
-    kernel_size: int,
-    strides: int,
-    groups: int,
+  f: _LayerFactory,
+  x: tf.Tensor,
+  filters: int,
+  kernel_size: int,
+  strides: int,
+  groups: int,
 ) -> tf.Tensor:
   x = f.conv(x, filters, kernel_size, strides=strides, use_bias=False)
   return f.group_norm(x, groups)
 
 
 def _basic_block(
-    f: _LayerFactory, x: tf.Tensor, width: int, strides: int, groups: int
+  f: _LayerFactory, x: tf.Tensor, width: int, strides: int, groups: int
 ) -> tf.Tensor:
   """conv3x3-GN-ReLU-conv3x3-GN + shortcut, ReLU (expansion 1)."""
   y = _relu(_conv_norm(f, x, width, 3, strides, groups))
@@ -275,7 +275,7 @@ def _basic_block(
 
 
 def _bottleneck_block(
-    f: _LayerFactory, x: tf.Tensor, width: int, strides: int, groups: int
+  f: _LayerFactory, x: tf.Tensor, width: int, strides: int, groups: int
 ) -> tf.Tensor:
   """conv1x1-GN-ReLU-conv3x3(stride)-GN-ReLU-conv1x1(4x)-GN + shortcut, ReLU."""
   y = _relu(_conv_norm(f, x, width, 1, 1, groups))
@@ -288,16 +288,16 @@ def _bottleneck_block(
 
 
 def _resnet(
-    name: str,
-    block_fn: Callable[..., tf.Tensor],
-    blocks_per_stage: Sequence[int],
-    widths: Sequence[int],
-    imagenet_stem: bool,
-    input_shape: _Shape,
-    num_classes: int,
-    weight_decay: float,
-    seed: Optional[int],
-    norm_groups: int,
+  name: str,
+  block_fn: Callable[..., tf.Tensor],
+  blocks_per_stage: Sequence[int],
+  widths: Sequence[int],
+  imagenet_stem: bool,
+  input_shape: _Shape,
+  num_classes: int,
+  weight_decay: float,
+  seed: Optional[int],
+  norm_groups: int,
 ) -> tf.keras.Model:
   """ResNet with GroupNorm; first block of every stage but the first strides 2.
 
@@ -323,11 +323,11 @@ def _resnet(
 
 
 def create_resnet20(
-    input_shape: _Shape = (32, 32, 3),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
-    norm_groups: int = 2,
+  input_shape: _Shape = (32, 32, 3),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
+  norm_groups: int = 2,
 ) -> tf.keras.Model:
   """CIFAR ResNet-20 of FedLAW App. D.3 and FedLWS App. C.5, GroupNorm for BN.
 
@@ -335,25 +335,25 @@ def create_resnet20(
   10 classes (GN has BN's trainable gamma/beta).
   """
   return _resnet(
-      'resnet20',
-      _basic_block,
-      blocks_per_stage=(3, 3, 3),
-      widths=(16, 32, 64),
-      imagenet_stem=False,
-      input_shape=input_shape,
-      num_classes=num_classes,
-      weight_decay=weight_decay,
-      seed=seed,
-      norm_groups=norm_groups,
+    'resnet20',
+    _basic_block,
+    blocks_per_stage=(3, 3, 3),
+    widths=(16, 32, 64),
+    imagenet_stem=False,
+    input_shape=input_shape,
+    num_classes=num_classes,
+    weight_decay=weight_decay,
+    seed=seed,
+    norm_groups=norm_groups,
   )
 
 
 def create_resnet56_bottleneck(
-    input_shape: _Shape = (32, 32, 3),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
-    norm_groups: int = 2,
+  input_shape: _Shape = (32, 32, 3),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
+  norm_groups: int = 2,
 ) -> tf.keras.Model:
   """FedGLAD's CIFAR-10 ResNet-56 (FedML `resnet56`), GroupNorm for BN.
 
@@ -362,25 +362,25 @@ def create_resnet56_bottleneck(
   which has 9 basic blocks per stage.
   """
   return _resnet(
-      'resnet56_bottleneck',
-      _bottleneck_block,
-      blocks_per_stage=(6, 6, 6),
-      widths=(16, 32, 64),
-      imagenet_stem=False,
-      input_shape=input_shape,
-      num_classes=num_classes,
-      weight_decay=weight_decay,
-      seed=seed,
-      norm_groups=norm_groups,
+    'resnet56_bottleneck',
+    _bottleneck_block,
+    blocks_per_stage=(6, 6, 6),
+    widths=(16, 32, 64),
+    imagenet_stem=False,
+    input_shape=input_shape,
+    num_classes=num_classes,
+    weight_decay=weight_decay,
+    seed=seed,
+    norm_groups=norm_groups,
   )
 
 
 def create_resnet18(
-    input_shape: _Shape = (32, 32, 3),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
-    norm_groups: int = 32,
+  input_shape: _Shape = (32, 32, 3),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
+  norm_groups: int = 32,
 ) -> tf.keras.Model:
   """FedCDA's CIFAR ResNet-18 (3x3/1 stem, no max-pool), GroupNorm for BN.
 
@@ -388,25 +388,25 @@ def create_resnet18(
   10 classes, 11,220,132 for 100.
   """
   return _resnet(
-      'resnet18',
-      _basic_block,
-      blocks_per_stage=(2, 2, 2, 2),
-      widths=(64, 128, 256, 512),
-      imagenet_stem=False,
-      input_shape=input_shape,
-      num_classes=num_classes,
-      weight_decay=weight_decay,
-      seed=seed,
-      norm_groups=norm_groups,
+    'resnet18',
+    _basic_block,
+    blocks_per_stage=(2, 2, 2, 2),
+    widths=(64, 128, 256, 512),
+    imagenet_stem=False,
+    input_shape=input_shape,
+    num_classes=num_classes,
+    weight_decay=weight_decay,
+    seed=seed,
+    norm_groups=norm_groups,
   )
 
 
 def create_resnet18_torchvision(
-    input_shape: _Shape = (32, 32, 3),
-    num_classes: int = 10,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
-    norm_groups: int = 32,
+  input_shape: _Shape = (32, 32, 3),
+  num_classes: int = 10,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
+  norm_groups: int = 32,
 ) -> tf.keras.Model:
   """FedSA's ResNet-18: torchvision layout (7x7/2 stem + max-pool), GN for BN.
 
@@ -415,72 +415,72 @@ def create_resnet18_torchvision(
   torchvision's He-normal fan_out conv init.
   """
   return _resnet(
-      'resnet18_torchvision',
-      _basic_block,
-      blocks_per_stage=(2, 2, 2, 2),
-      widths=(64, 128, 256, 512),
-      imagenet_stem=True,
-      input_shape=input_shape,
-      num_classes=num_classes,
-      weight_decay=weight_decay,
-      seed=seed,
-      norm_groups=norm_groups,
+    'resnet18_torchvision',
+    _basic_block,
+    blocks_per_stage=(2, 2, 2, 2),
+    widths=(64, 128, 256, 512),
+    imagenet_stem=True,
+    input_shape=input_shape,
+    num_classes=num_classes,
+    weight_decay=weight_decay,
+    seed=seed,
+    norm_groups=norm_groups,
   )
 
 
 def create_resnet34_torchvision(
-    input_shape: _Shape = (32, 32, 3),
-    num_classes: int = 100,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
-    norm_groups: int = 32,
+  input_shape: _Shape = (32, 32, 3),
+  num_classes: int = 100,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
+  norm_groups: int = 32,
 ) -> tf.keras.Model:
   """FedSA's ResNet-34 for "CIFAR-100*": as `create_resnet18_torchvision`.
 
   Basic blocks [3, 4, 6, 3]. 21,335,972 parameters for 100 classes.
   """
   return _resnet(
-      'resnet34_torchvision',
-      _basic_block,
-      blocks_per_stage=(3, 4, 6, 3),
-      widths=(64, 128, 256, 512),
-      imagenet_stem=True,
-      input_shape=input_shape,
-      num_classes=num_classes,
-      weight_decay=weight_decay,
-      seed=seed,
-      norm_groups=norm_groups,
+    'resnet34_torchvision',
+    _basic_block,
+    blocks_per_stage=(3, 4, 6, 3),
+    widths=(64, 128, 256, 512),
+    imagenet_stem=True,
+    input_shape=input_shape,
+    num_classes=num_classes,
+    weight_decay=weight_decay,
+    seed=seed,
+    norm_groups=norm_groups,
   )
 
 
 MODELS = {
-    'mlp': create_mlp,
-    'lenet': create_lenet,
-    'simple_cnn': create_simple_cnn,
-    'fedavg_cnn': create_fedavg_cnn,
-    'dropout_cnn': create_dropout_cnn,
-    'resnet20': create_resnet20,
-    'resnet56_bottleneck': create_resnet56_bottleneck,
-    'resnet18': create_resnet18,
-    'resnet18_torchvision': create_resnet18_torchvision,
-    'resnet34_torchvision': create_resnet34_torchvision,
+  'mlp': create_mlp,
+  'lenet': create_lenet,
+  'simple_cnn': create_simple_cnn,
+  'fedavg_cnn': create_fedavg_cnn,
+  'dropout_cnn': create_dropout_cnn,
+  'resnet20': create_resnet20,
+  'resnet56_bottleneck': create_resnet56_bottleneck,
+  'resnet18': create_resnet18,
+  'resnet18_torchvision': create_resnet18_torchvision,
+  'resnet34_torchvision': create_resnet34_torchvision,
 }
 
 
 def create_model(
-    name: str,
-    *,
-    input_shape: _Shape,
-    num_classes: int,
-    weight_decay: float = 0.0,
-    seed: Optional[int] = None,
+  name: str,
+  *,
+  input_shape: _Shape,
+  num_classes: int,
+  weight_decay: float = 0.0,
+  seed: Optional[int] = None,
 ) -> tf.keras.Model:
   """Builds the model `name` of `MODELS` (uncompiled, outputs logits)."""
   if name not in MODELS:
     raise ValueError(f'Unknown model {name!r}; use one of {sorted(MODELS)}.')
   return MODELS[name](
-      input_shape=input_shape,
-      num_classes=num_classes,
-      weight_decay=weight_decay,
-      seed=seed,
+    input_shape=input_shape,
+    num_classes=num_classes,
+    weight_decay=weight_decay,
+    seed=seed,
   )

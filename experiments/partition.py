@@ -14,11 +14,11 @@ METHODS = ('dirichlet', 'iid', 'label_skew', 'shards')
 
 
 def dirichlet(
-    labels: np.ndarray,
-    num_clients: int,
-    alpha: float,
-    seed: int,
-    num_classes: Optional[int] = None,
+  labels: np.ndarray,
+  num_clients: int,
+  alpha: float,
+  seed: int,
+  num_classes: Optional[int] = None,
 ) -> list[np.ndarray]:
   """Per-class Dirichlet(alpha) proportions over clients (FedLAW, FedLWS).
 
@@ -44,7 +44,8 @@ def dirichlet(
     One index array per client.
   """
   labels, rng, by_class = _shuffled_classes(
-      labels, num_clients, alpha, seed, num_classes, 'a Dirichlet')
+    labels, num_clients, alpha, seed, num_classes, 'a Dirichlet'
+  )
   num_classes = len(by_class)
   shares = rng.dirichlet(np.full(num_clients, alpha), size=num_classes).T
   clients = [[] for _ in range(num_clients)]
@@ -57,7 +58,7 @@ def dirichlet(
         end = size
       else:
         end += int(round(shares[i][j] * size))
-      clients[i].append(indices[min(start, size):min(end, size)])
+      clients[i].append(indices[min(start, size) : min(end, size)])
       start = end
   result = []
   for parts in clients:
@@ -68,11 +69,11 @@ def dirichlet(
 
 
 def label_skew(
-    labels: np.ndarray,
-    num_clients: int,
-    alpha: float,
-    seed: int,
-    num_classes: Optional[int] = None,
+  labels: np.ndarray,
+  num_clients: int,
+  alpha: float,
+  seed: int,
+  num_classes: Optional[int] = None,
 ) -> list[np.ndarray]:
   """Equal-size clients with Dirichlet(alpha * p) label mixes (FedGLAD).
 
@@ -106,14 +107,15 @@ def label_skew(
     One index array per client.
   """
   labels, rng, pools = _shuffled_classes(
-      labels, num_clients, alpha, seed, num_classes, 'a label-skew')
+    labels, num_clients, alpha, seed, num_classes, 'a label-skew'
+  )
   num_classes = len(pools)
   left = np.array([len(pool) for pool in pools], dtype=np.int64)
   concentration = alpha * left / len(labels)
   base_size = len(labels) // num_clients
   result = []
   for client in range(num_clients):
-    size = (int(left.sum()) if client == num_clients - 1 else base_size)
+    size = int(left.sum()) if client == num_clients - 1 else base_size
     # Classes of p = 0 (num_classes beyond the labels) get no share.
     q = np.zeros(num_classes)
     present = concentration > 0
@@ -121,8 +123,9 @@ def label_skew(
     asked = np.zeros(num_classes, dtype=np.int64)
     room = size
     for j in range(num_classes):
-      count = room if j == num_classes - 1 else min(int(round(q[j] * size)),
-                                                    room)
+      count = (
+        room if j == num_classes - 1 else min(int(round(q[j] * size)), room)
+      )
       asked[j] = count
       room -= count
     taken = np.minimum(asked, left)
@@ -132,7 +135,7 @@ def label_skew(
     parts = []
     for j in range(num_classes):
       start = len(pools[j]) - int(left[j])
-      parts.append(pools[j][start:start + int(taken[j])])
+      parts.append(pools[j][start : start + int(taken[j])])
     left -= taken
     result.append(np.concatenate(parts).astype(np.int64))
   return result
@@ -150,7 +153,7 @@ def _proportional_fill(available: np.ndarray, amount: int) -> np.ndarray:
   exact = available * (amount / available.sum())
   counts = np.floor(exact).astype(np.int64)
   order = np.argsort(-(exact - counts), kind='stable')
-  counts[order[:amount - int(counts.sum())]] += 1
+  counts[order[: amount - int(counts.sum())]] += 1
   return np.minimum(counts, available)
 
 
@@ -162,7 +165,7 @@ def iid(labels: np.ndarray, num_clients: int, seed: int) -> list[np.ndarray]:
 
 
 def shards(
-    labels: np.ndarray, num_clients: int, shards_per_client: int, seed: int
+  labels: np.ndarray, num_clients: int, shards_per_client: int, seed: int
 ) -> list[np.ndarray]:
   """Label shards (McMahan et al. 2017; FedCDA Section 6.1).
 
@@ -175,34 +178,36 @@ def shards(
   labels = _check_labels(labels, num_clients)
   if shards_per_client < 1:
     raise ValueError(
-        f'shards_per_client must be >= 1, got {shards_per_client}.'
+      f'shards_per_client must be >= 1, got {shards_per_client}.'
     )
   num_shards = num_clients * shards_per_client
   if num_shards > len(labels):
     raise ValueError(
-        f'{num_clients} clients x {shards_per_client} shards = {num_shards} '
-        f'shards, more than the {len(labels)} examples.'
+      f'{num_clients} clients x {shards_per_client} shards = {num_shards} '
+      f'shards, more than the {len(labels)} examples.'
     )
   by_label = np.argsort(labels, kind='stable')
   pieces = np.array_split(by_label, num_shards)
   order = np.random.RandomState(seed).permutation(num_shards)
   return [
-      np.concatenate(
-          [pieces[s] for s in order[c * shards_per_client:
-                                    (c + 1) * shards_per_client]]
-      ).astype(np.int64)
-      for c in range(num_clients)
+    np.concatenate(
+      [
+        pieces[s]
+        for s in order[c * shards_per_client : (c + 1) * shards_per_client]
+      ]
+    ).astype(np.int64)
+    for c in range(num_clients)
   ]
 
 
 def partition(
-    method: str,
-    labels: np.ndarray,
-    num_clients: int,
-    *,
-    seed: int,
-    alpha: Optional[float] = None,
-    shards_per_client: Optional[int] = None,
+  method: str,
+  labels: np.ndarray,
+  num_clients: int,
+  *,
+  seed: int,
+  alpha: Optional[float] = None,
+  shards_per_client: Optional[int] = None,
 ) -> list[np.ndarray]:
   """Partitions by `method` in `METHODS`; see the function of that name."""
   if method == 'dirichlet':
@@ -218,37 +223,36 @@ def partition(
   if method == 'shards':
     if shards_per_client is None:
       raise ValueError(
-          'The shards partition needs shards_per_client (--shards_per_client).'
+        'The shards partition needs shards_per_client (--shards_per_client).'
       )
     return shards(labels, num_clients, shards_per_client, seed)
   raise ValueError(f'Unknown partition {method!r}; use one of {METHODS}.')
 
 
 def label_counts(
-    labels: np.ndarray,
-    client_indices: Sequence[np.ndarray],
-    num_classes: int,
+  labels: np.ndarray,
+  client_indices: Sequence[np.ndarray],
+  num_classes: int,
 ) -> np.ndarray:
   """Examples per (client, class), shape [num_clients, num_classes]."""
   labels = np.asarray(labels)
-  return np.stack([
-      np.bincount(labels[i], minlength=num_classes) for i in client_indices
-  ]).astype(np.int64)
+  return np.stack(
+    [np.bincount(labels[i], minlength=num_classes) for i in client_indices]
+  ).astype(np.int64)
 
 
 def _check_labels(labels: np.ndarray, num_clients: int) -> np.ndarray:
   labels = np.asarray(labels)
   if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer):
     raise ValueError(
-        f'labels must be a 1-D integer array, got {labels.dtype} '
-        f'{labels.shape}.'
+      f'labels must be a 1-D integer array, got {labels.dtype} {labels.shape}.'
     )
   if num_clients < 1:
     raise ValueError(f'num_clients must be >= 1, got {num_clients}.')
   if num_clients > len(labels):
     raise ValueError(
-        f'{num_clients} clients for {len(labels)} examples: every client '
-        'needs at least one example; use fewer clients.'
+      f'{num_clients} clients for {len(labels)} examples: every client '
+      'needs at least one example; use fewer clients.'
     )
   if len(labels) and labels.min() < 0:
     raise ValueError('labels must be >= 0.')
@@ -279,7 +283,7 @@ def _num_classes(labels: np.ndarray, num_classes: Optional[int]) -> int:
     return inferred
   if num_classes < inferred:
     raise ValueError(
-        f'num_classes={num_classes} but the labels go up to {inferred - 1}.'
+      f'num_classes={num_classes} but the labels go up to {inferred - 1}.'
     )
   return num_classes
 
@@ -288,12 +292,12 @@ PROXY_DISTRIBUTIONS = ('balanced', 'long_tailed')
 
 
 def proxy_split(
-    labels: np.ndarray,
-    size: int,
-    num_classes: int,
-    *,
-    distribution: str = 'balanced',
-    seed: int,
+  labels: np.ndarray,
+  size: int,
+  num_classes: int,
+  *,
+  distribution: str = 'balanced',
+  seed: int,
 ) -> tuple[np.ndarray, np.ndarray]:
   """A server proxy set drawn from a test split, and the rest (FedLAW 6.3).
 
@@ -309,15 +313,17 @@ def proxy_split(
     ValueError: If a class has too few examples.
   """
   if distribution not in PROXY_DISTRIBUTIONS:
-    raise ValueError(f'Unknown proxy distribution {distribution!r}; use one '
-                     f'of {PROXY_DISTRIBUTIONS}.')
+    raise ValueError(
+      f'Unknown proxy distribution {distribution!r}; use one '
+      f'of {PROXY_DISTRIBUTIONS}.'
+    )
   per_class = size / num_classes
   if distribution == 'balanced':
     counts = [int(per_class)] * num_classes
   else:
     counts = [
-        max(1, int(per_class * 0.1 ** (j / max(num_classes - 1, 1))))
-        for j in range(num_classes)
+      max(1, int(per_class * 0.1 ** (j / max(num_classes - 1, 1))))
+      for j in range(num_classes)
     ]
   order = np.random.RandomState(seed).permutation(len(labels))
   proxy = []
@@ -325,8 +331,8 @@ def proxy_split(
     members = order[labels[order] == label][:count]
     if len(members) < count:
       raise ValueError(
-          f'The proxy set needs {count} examples of class {label}; the split '
-          f'has {len(members)}. Lower --proxy_size.'
+        f'The proxy set needs {count} examples of class {label}; the split '
+        f'has {len(members)}. Lower --proxy_size.'
       )
     proxy.append(members)
   proxy = np.sort(np.concatenate(proxy)).astype(np.int64)

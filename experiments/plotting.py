@@ -12,11 +12,11 @@ from matplotlib import ticker  # pylint: disable=g-import-not-at-top
 
 
 def plot_accuracy(
-    curves: Mapping[str, tuple[Sequence[int], Sequence[float]]],
-    path: str,
-    *,
-    title: Optional[str] = None,
-    ylabel: str = 'test accuracy',
+  curves: Mapping[str, tuple[Sequence[int], Sequence[float]]],
+  path: str,
+  *,
+  title: Optional[str] = None,
+  ylabel: str = 'test accuracy',
 ) -> None:
   """Plots test accuracy (or `ylabel`) against round, one line per label.
 
@@ -29,8 +29,12 @@ def plot_accuracy(
   if beside:  # 20 colours before one repeats, not 10.
     axes.set_prop_cycle(color=plt.get_cmap('tab20').colors)
   for label, (rounds, accuracies) in curves.items():
-    axes.plot(rounds, accuracies, marker='.' if len(rounds) < 50 else None,
-              label=label or None)
+    axes.plot(
+      rounds,
+      accuracies,
+      marker='.' if len(rounds) < 50 else None,
+      label=label or None,
+    )
   axes.set_xlabel('round')
   axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
   axes.set_ylabel(ylabel)
@@ -39,8 +43,9 @@ def plot_accuracy(
     axes.set_title(title)
   if any(curves):
     if beside:
-      axes.legend(loc='upper left', bbox_to_anchor=(1.01, 1.0),
-                  fontsize='small')
+      axes.legend(
+        loc='upper left', bbox_to_anchor=(1.01, 1.0), fontsize='small'
+      )
     else:
       axes.legend()
   figure.tight_layout()

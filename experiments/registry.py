@@ -81,19 +81,21 @@ def names() -> list[str]:
 
 
 def build_process(
-    name: str, inputs: ProcessInputs
+  name: str, inputs: ProcessInputs
 ) -> tff.learning.templates.LearningProcess:
   if name not in _BUILDERS:
     raise ValueError(
-        f'Unknown aggregator {name!r}; registered: {", ".join(names())}.'
+      f'Unknown aggregator {name!r}; registered: {", ".join(names())}.'
     )
   return _BUILDERS[name](inputs)
 
 
 FEDAVG_CLIENT_WEIGHTING = flags.DEFINE_enum(
-    'fedavg_client_weighting', 'num_examples', ['num_examples', 'uniform'],
-    'FedAvg/FedProx client weights: by examples (FedAvg) or uniform (the '
-    'unweighted mean FedSA\'s estimator builds on).',
+  'fedavg_client_weighting',
+  'num_examples',
+  ['num_examples', 'uniform'],
+  'FedAvg/FedProx client weights: by examples (FedAvg) or uniform (the '
+  "unweighted mean FedSA's estimator builds on).",
 )
 
 
@@ -101,36 +103,39 @@ FEDAVG_CLIENT_WEIGHTING = flags.DEFINE_enum(
 def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   """FedAvg (FedAvgM, FedAdam, FedYogi by `--server_optimizer`), or FedProx."""
   client_weighting = tff.learning.ClientWeighting[
-      FEDAVG_CLIENT_WEIGHTING.value.upper()]
+    FEDAVG_CLIENT_WEIGHTING.value.upper()
+  ]
   # TFF's mean, counting the clients it drops (num_dropped_clients).
   aggregator = dropped_clients.DroppedClientsFactory()
   if inputs.proximal_strength:  # A negative one is refused there.
     return client_works.build_weighted_fed_prox(
-        model_fn=inputs.model_fn,
-        proximal_strength=inputs.proximal_strength,
-        client_optimizer_fn=inputs.client_optimizer_fn,
-        server_optimizer_fn=inputs.server_optimizer_fn,
-        client_weighting=client_weighting,
-        model_aggregator=aggregator,
-    )
-  return tff.learning.algorithms.build_weighted_fed_avg(
       model_fn=inputs.model_fn,
+      proximal_strength=inputs.proximal_strength,
       client_optimizer_fn=inputs.client_optimizer_fn,
       server_optimizer_fn=inputs.server_optimizer_fn,
       client_weighting=client_weighting,
       model_aggregator=aggregator,
+    )
+  return tff.learning.algorithms.build_weighted_fed_avg(
+    model_fn=inputs.model_fn,
+    client_optimizer_fn=inputs.client_optimizer_fn,
+    server_optimizer_fn=inputs.server_optimizer_fn,
+    client_weighting=client_weighting,
+    model_aggregator=aggregator,
   )
 
 
 FEDGLAD_GAMMA = flags.DEFINE_float(
-    'fedglad_gamma', 0.02, 'FedGLAD bounding factor gamma (Eq. 15).'
+  'fedglad_gamma', 0.02, 'FedGLAD bounding factor gamma (Eq. 15).'
 )
 FEDGLAD_BETA = flags.DEFINE_float(
-    'fedglad_beta', 0.9, 'FedGLAD moving-average decay beta (Eq. 12).'
+  'fedglad_beta', 0.9, 'FedGLAD moving-average decay beta (Eq. 12).'
 )
 FEDGLAD_GROUPING = flags.DEFINE_enum(
-    'fedglad_grouping', 'per_variable', fedglad.GROUPINGS,
-    'FedGLAD parameter groups: one per trainable variable, or the whole model.',
+  'fedglad_grouping',
+  'per_variable',
+  fedglad.GROUPINGS,
+  'FedGLAD parameter groups: one per trainable variable, or the whole model.',
 )
 
 
@@ -138,36 +143,43 @@ FEDGLAD_GROUPING = flags.DEFINE_enum(
 def _fedglad(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   """FedGLAD on FedAvg/FedAvgM/FedProx (scaled update) or Adam/Yogi."""
   return tff_aggregators.build_fedglad_process(
-      inputs.model_fn,
-      inputs.client_optimizer_fn,
-      inputs.server_optimizer_fn,
-      model_aggregator=dropped_clients.DroppedClientsFactory(
-          tff.aggregators.MeanFactory(no_nan_division=True)),
-      proximal_strength=inputs.proximal_strength,
-      gamma=FEDGLAD_GAMMA.value,
-      beta=FEDGLAD_BETA.value,
-      grouping=FEDGLAD_GROUPING.value,
+    inputs.model_fn,
+    inputs.client_optimizer_fn,
+    inputs.server_optimizer_fn,
+    model_aggregator=dropped_clients.DroppedClientsFactory(
+      tff.aggregators.MeanFactory(no_nan_division=True)
+    ),
+    proximal_strength=inputs.proximal_strength,
+    gamma=FEDGLAD_GAMMA.value,
+    beta=FEDGLAD_BETA.value,
+    grouping=FEDGLAD_GROUPING.value,
   )
 
 
 FEDLWS_BETA = flags.DEFINE_float(
-    'fedlws_beta', 0.1,
-    'FedLWS beta (Eq. 8): paper 0.1 for CNN/MLP, 0.01 for ResNets.',
+  'fedlws_beta',
+  0.1,
+  'FedLWS beta (Eq. 8): paper 0.1 for CNN/MLP, 0.01 for ResNets.',
 )
 FEDLWS_TAU_CLIP = flags.DEFINE_list(
-    'fedlws_tau_clip', [],
-    'FedLWS: clip beta*tau to [low,high] as the official code does with '
-    '0.01,0.2; empty (paper) does not clip.',
+  'fedlws_tau_clip',
+  [],
+  'FedLWS: clip beta*tau to [low,high] as the official code does with '
+  '0.01,0.2; empty (paper) does not clip.',
 )
 FEDLWS_TAU_MODE = flags.DEFINE_enum(
-    'fedlws_tau_mode', 'exact', ('exact', 'rms'),
-    'FedLWS tau: exact (paper Eq. 4, two aggregation phases; one worker '
-    'only) or rms (one pass, an upper bound; works on several workers).',
+  'fedlws_tau_mode',
+  'exact',
+  ('exact', 'rms'),
+  'FedLWS tau: exact (paper Eq. 4, two aggregation phases; one worker '
+  'only) or rms (one pass, an upper bound; works on several workers).',
 )
 FEDLWS_VARIANT = flags.DEFINE_enum(
-    'fedlws_variant', 'layer', fedlws.GROUPINGS,
-    'FedLWS: layer-wise (kernel+bias, +normalization), per Keras layer, or '
-    'model-wise (one factor for the whole model).',
+  'fedlws_variant',
+  'layer',
+  fedlws.GROUPINGS,
+  'FedLWS: layer-wise (kernel+bias, +normalization), per Keras layer, or '
+  'model-wise (one factor for the whole model).',
 )
 
 
@@ -178,39 +190,42 @@ def _fedlws(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   if FEDLWS_TAU_CLIP.value:
     if len(FEDLWS_TAU_CLIP.value) != 2:
       raise ValueError(
-          f'--fedlws_tau_clip needs low,high; got {FEDLWS_TAU_CLIP.value}.'
+        f'--fedlws_tau_clip needs low,high; got {FEDLWS_TAU_CLIP.value}.'
       )
     tau_clip = tuple(float(x) for x in FEDLWS_TAU_CLIP.value)
   return tff_aggregators.build_fedlws_process(
-      inputs.model_fn,
-      inputs.client_optimizer_fn,
-      inputs.server_optimizer_fn,
-      beta=FEDLWS_BETA.value,
-      tau_clip=tau_clip,
-      grouping=FEDLWS_VARIANT.value,
-      tau_mode=FEDLWS_TAU_MODE.value,
-      proximal_strength=inputs.proximal_strength,
+    inputs.model_fn,
+    inputs.client_optimizer_fn,
+    inputs.server_optimizer_fn,
+    beta=FEDLWS_BETA.value,
+    tau_clip=tau_clip,
+    grouping=FEDLWS_VARIANT.value,
+    tau_mode=FEDLWS_TAU_MODE.value,
+    proximal_strength=inputs.proximal_strength,
   )
 
 
 FEDLAW_VARIANT = flags.DEFINE_enum(
-    'fedlaw_variant', 'fedlaw', fedlaw.VARIANTS,
-    'FedLAW: learn gamma and lambda, gamma only (adaptive GWS), lambda only '
-    '(attentive LAW), the SWA two-stage variant, or a fixed gamma (no proxy).',
+  'fedlaw_variant',
+  'fedlaw',
+  fedlaw.VARIANTS,
+  'FedLAW: learn gamma and lambda, gamma only (adaptive GWS), lambda only '
+  '(attentive LAW), the SWA two-stage variant, or a fixed gamma (no proxy).',
 )
 FEDLAW_SERVER_EPOCHS = flags.DEFINE_integer(
-    'fedlaw_server_epochs', 100, 'FedLAW server epochs over the proxy set.'
+  'fedlaw_server_epochs', 100, 'FedLAW server epochs over the proxy set.'
 )
 FEDLAW_SERVER_LR = flags.DEFINE_float(
-    'fedlaw_server_lr', 0.005,
-    'FedLAW server Adam learning rate (official code: 0.01 for CIFAR-10, '
-    '0.005 otherwise).',
+  'fedlaw_server_lr',
+  0.005,
+  'FedLAW server Adam learning rate (official code: 0.01 for CIFAR-10, '
+  '0.005 otherwise).',
 )
 FEDLAW_PROXY_BATCH_SIZE = flags.DEFINE_integer(
-    'fedlaw_proxy_batch_size', 128, 'FedLAW proxy batch size.'
+  'fedlaw_proxy_batch_size', 128, 'FedLAW proxy batch size.'
 )
 FEDLAW_FIXED_GAMMA = flags.DEFINE_float(
-    'fedlaw_fixed_gamma', 0.95, "gamma of --fedlaw_variant=fixed_gamma."
+  'fedlaw_fixed_gamma', 0.95, 'gamma of --fedlaw_variant=fixed_gamma.'
 )
 
 
@@ -220,75 +235,86 @@ def _fedlaw(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   variant = FEDLAW_VARIANT.value
   if inputs.proxy_data is None and variant != 'fixed_gamma':
     raise ValueError(
-        'FedLAW learns on a server proxy set and this run has none: use '
-        '--proxy_size > 0 (image binaries), or --fedlaw_variant=fixed_gamma.'
+      'FedLAW learns on a server proxy set and this run has none: use '
+      '--proxy_size > 0 (image binaries), or --fedlaw_variant=fixed_gamma.'
     )
   if not inputs.clients_per_round:
     raise ValueError('FedLAW needs the cohort size (clients_per_round).')
   if inputs.proximal_strength:
-    raise ValueError('FedLAW runs FedAvg clients; --proximal_strength is not '
-                     'supported with it.')
+    raise ValueError(
+      'FedLAW runs FedAvg clients; --proximal_strength is not '
+      'supported with it.'
+    )
   if inputs.server_optimizer != 'sgd':
     raise ValueError(
-        'FedLAW replaces the server optimizer by its learned aggregation: use '
-        '--server_optimizer=sgd (its learning rate is not used).'
+      'FedLAW replaces the server optimizer by its learned aggregation: use '
+      '--server_optimizer=sgd (its learning rate is not used).'
     )
   return tff_aggregators.build_fedlaw_process(
-      inputs.model_fn,
-      inputs.client_optimizer_fn,
-      proxy_data=inputs.proxy_data,
-      max_clients=inputs.clients_per_round,
-      variant=variant,
-      server_epochs=FEDLAW_SERVER_EPOCHS.value,
-      server_lr=FEDLAW_SERVER_LR.value,
-      proxy_batch_size=FEDLAW_PROXY_BATCH_SIZE.value,
-      fixed_gamma=FEDLAW_FIXED_GAMMA.value,
-      seed=inputs.seed,
+    inputs.model_fn,
+    inputs.client_optimizer_fn,
+    proxy_data=inputs.proxy_data,
+    max_clients=inputs.clients_per_round,
+    variant=variant,
+    server_epochs=FEDLAW_SERVER_EPOCHS.value,
+    server_lr=FEDLAW_SERVER_LR.value,
+    proxy_batch_size=FEDLAW_PROXY_BATCH_SIZE.value,
+    fixed_gamma=FEDLAW_FIXED_GAMMA.value,
+    seed=inputs.seed,
   )
 
 
 FEDSA_CV_T = flags.DEFINE_float(
-    'fedsa_cv_t', 0.2, 'FedSA cv_t (normalised CV threshold).'
+  'fedsa_cv_t', 0.2, 'FedSA cv_t (normalised CV threshold).'
 )
 FEDSA_SIM_T = flags.DEFINE_float(
-    'fedsa_sim_t', 0.2, 'FedSA sim_t (late-join similarity threshold).'
+  'fedsa_sim_t', 0.2, 'FedSA sim_t (late-join similarity threshold).'
 )
 FEDSA_CLASSES = flags.DEFINE_integer(
-    'fedsa_classes', 4,
-    'FedSA Micro-Class categories C (paper: 4 CIFAR-10, 5 CIFAR-100).',
+  'fedsa_classes',
+  4,
+  'FedSA Micro-Class categories C (paper: 4 CIFAR-10, 5 CIFAR-100).',
 )
 FEDSA_CLUSTERS = flags.DEFINE_integer(
-    'fedsa_clusters', 4, 'FedSA Macro-Classes at most, S (paper: as C).'
+  'fedsa_clusters', 4, 'FedSA Macro-Classes at most, S (paper: as C).'
 )
 FEDSA_ALPHA_NORMALIZATION = flags.DEFINE_enum(
-    'fedsa_alpha_normalization', 'sum_to_one', fedsa.ALPHA_NORMALIZATIONS,
-    'FedSA cluster weights: normalised to sum 1 (our default) or literal '
-    'Eq. 14.',
+  'fedsa_alpha_normalization',
+  'sum_to_one',
+  fedsa.ALPHA_NORMALIZATIONS,
+  'FedSA cluster weights: normalised to sum 1 (our default) or literal Eq. 14.',
 )
 FEDSA_MIC_NORMALIZATION = flags.DEFINE_enum(
-    'fedsa_mic_normalization', 'per_coordinate_minmax',
-    fedsa.MIC_NORMALIZATIONS,
-    'FedSA Micro-Class binning (Eq. 8; the paper leaves its scale N '
-    'undefined).',
+  'fedsa_mic_normalization',
+  'per_coordinate_minmax',
+  fedsa.MIC_NORMALIZATIONS,
+  'FedSA Micro-Class binning (Eq. 8; the paper leaves its scale N undefined).',
 )
 FEDSA_MIC_SCALE = flags.DEFINE_float(
-    'fedsa_mic_scale', 4.0, "N of Eq. 8 for --fedsa_mic_normalization=raw."
+  'fedsa_mic_scale', 4.0, 'N of Eq. 8 for --fedsa_mic_normalization=raw.'
 )
 FEDSA_ZERO_MEAN_POLICY = flags.DEFINE_enum(
-    'fedsa_zero_mean_policy', 'inf_is_high', fedsa.ZERO_MEAN_POLICIES,
-    'FedSA cv (Eq. 4) at a zero mean, which the paper leaves undefined.',
+  'fedsa_zero_mean_policy',
+  'inf_is_high',
+  fedsa.ZERO_MEAN_POLICIES,
+  'FedSA cv (Eq. 4) at a zero mean, which the paper leaves undefined.',
 )
 FEDSA_WEIGHTED_MEAN = flags.DEFINE_bool(
-    'fedsa_weighted_mean', False,
-    'FedSA means weighted by examples (paper: unweighted).',
+  'fedsa_weighted_mean',
+  False,
+  'FedSA means weighted by examples (paper: unweighted).',
 )
 FEDSA_LATE_JOIN_MODE = flags.DEFINE_enum(
-    'fedsa_late_join_mode', 'greedy_update', fedsa.LATE_JOIN_MODES,
-    'FedSA joins after S clusters exist (Step 3 of the paper).',
+  'fedsa_late_join_mode',
+  'greedy_update',
+  fedsa.LATE_JOIN_MODES,
+  'FedSA joins after S clusters exist (Step 3 of the paper).',
 )
 FEDSA_CLUSTER_SCOPE = flags.DEFINE_enum(
-    'fedsa_cluster_scope', 'per_tensor', fedsa.CLUSTER_SCOPES,
-    'FedSA clusters per tensor (Algorithm 1) or once over all tensors.',
+  'fedsa_cluster_scope',
+  'per_tensor',
+  fedsa.CLUSTER_SCOPES,
+  'FedSA clusters per tensor (Algorithm 1) or once over all tensors.',
 )
 
 
@@ -299,76 +325,90 @@ def _fedsa(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     raise ValueError('FedSA needs the cohort size (clients_per_round).')
   if inputs.server_optimizer != 'sgd':
     raise ValueError(
-        'FedSA replaces the server optimizer by its aggregation of the client '
-        'models: use --server_optimizer=sgd (its learning rate is not used).'
+      'FedSA replaces the server optimizer by its aggregation of the client '
+      'models: use --server_optimizer=sgd (its learning rate is not used).'
     )
   return tff_aggregators.build_fedsa_process(
-      inputs.model_fn,
-      inputs.client_optimizer_fn,
-      max_clients=inputs.clients_per_round,
-      proximal_strength=inputs.proximal_strength,
-      cv_threshold=FEDSA_CV_T.value,
-      sim_threshold=FEDSA_SIM_T.value,
-      num_categories=FEDSA_CLASSES.value,
-      max_clusters=FEDSA_CLUSTERS.value,
-      alpha_normalization=FEDSA_ALPHA_NORMALIZATION.value,
-      mic_normalization=FEDSA_MIC_NORMALIZATION.value,
-      mic_scale=FEDSA_MIC_SCALE.value,
-      zero_mean_policy=FEDSA_ZERO_MEAN_POLICY.value,
-      weighted_mean=FEDSA_WEIGHTED_MEAN.value,
-      late_join_mode=FEDSA_LATE_JOIN_MODE.value,
-      cluster_scope=FEDSA_CLUSTER_SCOPE.value,
+    inputs.model_fn,
+    inputs.client_optimizer_fn,
+    max_clients=inputs.clients_per_round,
+    proximal_strength=inputs.proximal_strength,
+    cv_threshold=FEDSA_CV_T.value,
+    sim_threshold=FEDSA_SIM_T.value,
+    num_categories=FEDSA_CLASSES.value,
+    max_clusters=FEDSA_CLUSTERS.value,
+    alpha_normalization=FEDSA_ALPHA_NORMALIZATION.value,
+    mic_normalization=FEDSA_MIC_NORMALIZATION.value,
+    mic_scale=FEDSA_MIC_SCALE.value,
+    zero_mean_policy=FEDSA_ZERO_MEAN_POLICY.value,
+    weighted_mean=FEDSA_WEIGHTED_MEAN.value,
+    late_join_mode=FEDSA_LATE_JOIN_MODE.value,
+    cluster_scope=FEDSA_CLUSTER_SCOPE.value,
   )
 
 
 FEDCDA_K = flags.DEFINE_integer(
-    'fedcda_k', 3, 'FedCDA memory: cached models per client (K).'
+  'fedcda_k', 3, 'FedCDA memory: cached models per client (K).'
 )
 FEDCDA_BATCHES = flags.DEFINE_integer(
-    'fedcda_batches', 3, 'FedCDA selection batches per round (B).'
+  'fedcda_batches', 3, 'FedCDA selection batches per round (B).'
 )
 FEDCDA_L = flags.DEFINE_float('fedcda_l', 1.0, 'FedCDA smoothness L.')
 FEDCDA_WARMUP = flags.DEFINE_integer(
-    'fedcda_warmup', 50, 'FedCDA warm-up rounds of FedAvg (T_w).'
+  'fedcda_warmup', 50, 'FedCDA warm-up rounds of FedAvg (T_w).'
 )
 FEDCDA_MAX_STATE_MB = flags.DEFINE_integer(
-    'fedcda_max_state_mb', 512,
-    'Refuse a FedCDA history (clients x K x parameters x 4 bytes) above this.',
+  'fedcda_max_state_mb',
+  512,
+  'Refuse a FedCDA history (clients x K x parameters x 4 bytes) above this.',
 )
 FEDCDA_HISTORY = flags.DEFINE_enum(
-    'fedcda_history', 'state', ['state', 'memory', 'disk'],
-    'Where FedCDA keeps the client history: the TFF state (small '
-    'populations and models), a NumPy array in the driver (checkpointed; '
-    'fits in RAM) or a memory-mapped file (--fedcda_history_dir).',
+  'fedcda_history',
+  'state',
+  ['state', 'memory', 'disk'],
+  'Where FedCDA keeps the client history: the TFF state (small '
+  'populations and models), a NumPy array in the driver (checkpointed; '
+  'fits in RAM) or a memory-mapped file (--fedcda_history_dir).',
 )
 FEDCDA_HISTORY_DIR = flags.DEFINE_string(
-    'fedcda_history_dir', None,
-    'Directory of the memory-mapped FedCDA history (--fedcda_history=disk); '
-    'default <output_dir>/fedcda_history.',
+  'fedcda_history_dir',
+  None,
+  'Directory of the memory-mapped FedCDA history (--fedcda_history=disk); '
+  'default <output_dir>/fedcda_history.',
 )
 FEDCDA_SELECTION = flags.DEFINE_enum(
-    'fedcda_selection', 'approx', list(fedcda.SELECTIONS),
-    'FedCDA selection: approx (eq. 8); newest or random are diagnostics.',
+  'fedcda_selection',
+  'approx',
+  list(fedcda.SELECTIONS),
+  'FedCDA selection: approx (eq. 8); newest or random are diagnostics.',
 )
 FEDCDA_DIVERGENCE = flags.DEFINE_enum(
-    'fedcda_divergence', 'squared_l2', list(fedcda.DIVERGENCES),
-    'FedCDA objective: squared_l2 (eq. 8) or the unofficial script\'s '
-    'tensorwise_norm (diagnostic).',
+  'fedcda_divergence',
+  'squared_l2',
+  list(fedcda.DIVERGENCES),
+  "FedCDA objective: squared_l2 (eq. 8) or the unofficial script's "
+  'tensorwise_norm (diagnostic).',
 )
 FEDCDA_LATER_BATCHES = flags.DEFINE_enum(
-    'fedcda_later_batches', 'excluded', list(fedcda.LATER_BATCHES),
-    'Later batches in a batch\'s objective: excluded (eq. 8) or the '
-    'script\'s included_at_previous_selection (diagnostic).',
+  'fedcda_later_batches',
+  'excluded',
+  list(fedcda.LATER_BATCHES),
+  "Later batches in a batch's objective: excluded (eq. 8) or the "
+  "script's included_at_previous_selection (diagnostic).",
 )
 FEDCDA_WARMUP_AGGREGATION = flags.DEFINE_enum(
-    'fedcda_warmup_aggregation', 'fedavg', list(fedcda.WARMUP_AGGREGATIONS),
-    'Warm-up rounds: fedavg (the paper) or the script\'s all_seen_newest '
-    '(diagnostic).',
+  'fedcda_warmup_aggregation',
+  'fedavg',
+  list(fedcda.WARMUP_AGGREGATIONS),
+  "Warm-up rounds: fedavg (the paper) or the script's all_seen_newest "
+  '(diagnostic).',
 )
 FEDCDA_BATCH_PARAM = flags.DEFINE_enum(
-    'fedcda_batch_param', 'num_batches', list(fedcda.BATCH_PARAMS),
-    '--fedcda_batches is the number of batches (the paper) or, as in the '
-    'script, clients per batch (diagnostic).',
+  'fedcda_batch_param',
+  'num_batches',
+  list(fedcda.BATCH_PARAMS),
+  '--fedcda_batches is the number of batches (the paper) or, as in the '
+  'script, clients per batch (diagnostic).',
 )
 
 
@@ -378,7 +418,8 @@ def _fedcda_history_store(inputs: ProcessInputs):
   if FEDCDA_HISTORY.value == 'memory':
     return fedcda_store.InMemoryHistoryStore()
   directory = FEDCDA_HISTORY_DIR.value or (
-      inputs.output_dir and os.path.join(inputs.output_dir, 'fedcda_history'))
+    inputs.output_dir and os.path.join(inputs.output_dir, 'fedcda_history')
+  )
   if not directory:
     raise ValueError('--fedcda_history=disk needs --fedcda_history_dir.')
   return fedcda_store.MemmapHistoryStore(directory)
@@ -391,30 +432,32 @@ def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     raise ValueError('FedCDA needs the cohort size and the population.')
   if inputs.server_optimizer != 'sgd' or inputs.proximal_strength:
     raise ValueError(
-        'FedCDA replaces the server optimizer by its selection over FedAvg '
-        'client models: use --server_optimizer=sgd (its learning rate is not '
-        'used) and no --proximal_strength.'
+      'FedCDA replaces the server optimizer by its selection over FedAvg '
+      'client models: use --server_optimizer=sgd (its learning rate is not '
+      'used) and no --proximal_strength.'
     )
   try:
     return tff_aggregators.build_fedcda_process(
-        inputs.model_fn,
-        inputs.client_optimizer_fn,
-        num_clients=inputs.num_clients,
-        max_clients=inputs.clients_per_round,
-        memory_size=FEDCDA_K.value,
-        num_batches=FEDCDA_BATCHES.value,
-        smoothness=FEDCDA_L.value,
-        warmup_rounds=FEDCDA_WARMUP.value,
-        seed=inputs.seed,
-        selection=FEDCDA_SELECTION.value,
-        divergence=FEDCDA_DIVERGENCE.value,
-        later_batches=FEDCDA_LATER_BATCHES.value,
-        warmup_aggregation=FEDCDA_WARMUP_AGGREGATION.value,
-        batch_param=FEDCDA_BATCH_PARAM.value,
-        history_store=_fedcda_history_store(inputs),
-        local_epochs=inputs.local_epochs,
-        max_state_bytes=FEDCDA_MAX_STATE_MB.value * 2**20,
+      inputs.model_fn,
+      inputs.client_optimizer_fn,
+      num_clients=inputs.num_clients,
+      max_clients=inputs.clients_per_round,
+      memory_size=FEDCDA_K.value,
+      num_batches=FEDCDA_BATCHES.value,
+      smoothness=FEDCDA_L.value,
+      warmup_rounds=FEDCDA_WARMUP.value,
+      seed=inputs.seed,
+      selection=FEDCDA_SELECTION.value,
+      divergence=FEDCDA_DIVERGENCE.value,
+      later_batches=FEDCDA_LATER_BATCHES.value,
+      warmup_aggregation=FEDCDA_WARMUP_AGGREGATION.value,
+      batch_param=FEDCDA_BATCH_PARAM.value,
+      history_store=_fedcda_history_store(inputs),
+      local_epochs=inputs.local_epochs,
+      max_state_bytes=FEDCDA_MAX_STATE_MB.value * 2**20,
     )
   except fedcda.HistoryTooLargeError as e:
-    raise ValueError(f'{e} In the experiment binaries: --fedcda_history='
-                     'memory or --fedcda_history=disk.') from e
+    raise ValueError(
+      f'{e} In the experiment binaries: --fedcda_history='
+      'memory or --fedcda_history=disk.'
+    ) from e

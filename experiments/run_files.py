@@ -33,17 +33,20 @@ def resolve_path(path: str) -> str:
 
 def checkpoint_path(output_dir: str, round_num: int) -> str:
   """The directory of a run's saved state of `round_num` (may not exist)."""
-  return os.path.join(output_dir, CHECKPOINT_DIR,
-                      f'{CHECKPOINT_PREFIX}{round_num}')
+  return os.path.join(
+    output_dir, CHECKPOINT_DIR, f'{CHECKPOINT_PREFIX}{round_num}'
+  )
 
 
 def latest_checkpoint(output_dir: str) -> Optional[int]:
   """The newest round whose state a run saved, or None if it has none."""
   path = os.path.join(output_dir, CHECKPOINT_DIR)
   names = os.listdir(path) if os.path.isdir(path) else ()
-  versions = [int(n[len(CHECKPOINT_PREFIX):]) for n in names
-              if n.startswith(CHECKPOINT_PREFIX)
-              and n[len(CHECKPOINT_PREFIX):].isdigit()]
+  versions = [
+    int(n[len(CHECKPOINT_PREFIX) :])
+    for n in names
+    if n.startswith(CHECKPOINT_PREFIX) and n[len(CHECKPOINT_PREFIX) :].isdigit()
+  ]
   return max(versions, default=None)
 
 
@@ -53,9 +56,16 @@ def completed_rounds(output_dir: str) -> int:
 
 
 # Everything a run writes into its directory (`remove_run` deletes these).
-RUN_ENTRIES = (CONFIG_JSON, PARTITION_JSON, METRICS_CSV, SUMMARY_JSON,
-               'accuracy.png', CHECKPOINT_DIR, TENSORBOARD_DIR,
-               'fedcda_history')
+RUN_ENTRIES = (
+  CONFIG_JSON,
+  PARTITION_JSON,
+  METRICS_CSV,
+  SUMMARY_JSON,
+  'accuracy.png',
+  CHECKPOINT_DIR,
+  TENSORBOARD_DIR,
+  'fedcda_history',
+)
 
 
 def remove_run(output_dir: str) -> None:
@@ -95,15 +105,13 @@ def read_metrics(output_dir: str) -> list[dict[str, str]]:
     return list(csv.DictReader(f))
 
 
-def metric_by_round(
-    rows: list[dict[str, str]], column: str
-) -> dict[int, Any]:
+def metric_by_round(rows: list[dict[str, str]], column: str) -> dict[int, Any]:
   """Round -> JSON-decoded value (number or list) where `column` is set."""
   return {int(r['key']): json.loads(r[column]) for r in rows if r.get(column)}
 
 
 def accuracy_curve(
-    rows: list[dict[str, str]], accuracy_metric: str
+  rows: list[dict[str, str]], accuracy_metric: str
 ) -> tuple[list[int], list[float]]:
   """(rounds, accuracies) of the evaluated rounds of a metrics CSV."""
   column = f'test/{accuracy_metric}'

@@ -20,8 +20,8 @@ from experiments import models
 
 # Pixel scaling per normalisation: x -> x / 255 * scale + offset.
 NORMALIZATIONS = {
-    'unit': (1.0, 0.0),  # [0, 1]: ToTensor (Fashion-MNIST in every spec).
-    'symmetric': (2.0, -1.0),  # [-1, 1]: mean 0.5, std 0.5 (CIFAR, FedLAW).
+  'unit': (1.0, 0.0),  # [0, 1]: ToTensor (Fashion-MNIST in every spec).
+  'symmetric': (2.0, -1.0),  # [-1, 1]: mean 0.5, std 0.5 (CIFAR, FedLAW).
 }
 EVAL_BATCH_SIZE = 1000
 
@@ -34,16 +34,16 @@ class PartitionedClientData(tff.simulation.datasets.ClientData):
   """
 
   def __init__(
-      self,
-      examples: collections.OrderedDict[str, np.ndarray],
-      client_indices: Sequence[np.ndarray],
+    self,
+    examples: collections.OrderedDict[str, np.ndarray],
+    client_indices: Sequence[np.ndarray],
   ):
     self._examples = examples
     self._client_indices = [np.asarray(i, np.int64) for i in client_indices]
     self._client_ids = [str(i) for i in range(len(client_indices))]
     self._element_spec = collections.OrderedDict(
-        (k, tf.TensorSpec(v.shape[1:], tf.dtypes.as_dtype(v.dtype)))
-        for k, v in examples.items()
+      (k, tf.TensorSpec(v.shape[1:], tf.dtypes.as_dtype(v.dtype)))
+      for k, v in examples.items()
     )
 
   @property
@@ -56,9 +56,9 @@ class PartitionedClientData(tff.simulation.datasets.ClientData):
   def create_tf_dataset_for_client(self, client_id: str) -> tf.data.Dataset:
     indices = self._client_indices[int(client_id)]
     return tf.data.Dataset.from_tensor_slices(
-        collections.OrderedDict(
-            (k, v[indices]) for k, v in self._examples.items()
-        )
+      collections.OrderedDict(
+        (k, v[indices]) for k, v in self._examples.items()
+      )
     )
 
   @property
@@ -74,9 +74,9 @@ class PartitionedClientData(tff.simulation.datasets.ClientData):
       starts = tf.constant(bounds)
       indices = tf.constant(order)[starts[k] : starts[k + 1]]
       return tf.data.Dataset.from_tensor_slices(
-          collections.OrderedDict(
-              (name, tf.gather(v, indices)) for name, v in examples.items()
-          )
+        collections.OrderedDict(
+          (name, tf.gather(v, indices)) for name, v in examples.items()
+        )
       )
 
     def dataset_fn(client_id):
@@ -94,14 +94,14 @@ class PartitionedClientData(tff.simulation.datasets.ClientData):
 
 
 def create_image_task(
-    image_data: data_lib.ImageData,
-    client_indices: Sequence[np.ndarray],
-    *,
-    model: str,
-    batch_size: int,
-    local_epochs: int,
-    normalization: str,
-    weight_decay: float = 0.0,
+  image_data: data_lib.ImageData,
+  client_indices: Sequence[np.ndarray],
+  *,
+  model: str,
+  batch_size: int,
+  local_epochs: int,
+  normalization: str,
+  weight_decay: float = 0.0,
 ) -> tff.simulation.baselines.BaselineTask:
   """Returns a `BaselineTask` over a partition of `image_data`'s train split.
 
@@ -116,8 +116,10 @@ def create_image_task(
       L2 regularisation (see `models`).
   """
   if normalization not in NORMALIZATIONS:
-    raise ValueError(f'Unknown normalization {normalization!r}; use one of '
-                     f'{sorted(NORMALIZATIONS)}.')
+    raise ValueError(
+      f'Unknown normalization {normalization!r}; use one of '
+      f'{sorted(NORMALIZATIONS)}.'
+    )
   scale, offset = NORMALIZATIONS[normalization]
 
   def to_model_input(batch):
@@ -131,36 +133,36 @@ def create_image_task(
     return dataset.batch(EVAL_BATCH_SIZE).map(to_model_input)
 
   train_data = PartitionedClientData(
-      collections.OrderedDict(
-          image=image_data.train_images, label=image_data.train_labels
-      ),
-      client_indices,
+    collections.OrderedDict(
+      image=image_data.train_images, label=image_data.train_labels
+    ),
+    client_indices,
   )
   test_data = tf.data.Dataset.from_tensor_slices(
-      collections.OrderedDict(
-          image=image_data.test_images, label=image_data.test_labels
-      )
+    collections.OrderedDict(
+      image=image_data.test_images, label=image_data.test_labels
+    )
   )
   datasets = tff.simulation.baselines.BaselineTaskDatasets(
-      train_data=train_data,
-      test_data=test_data,
-      train_preprocess_fn=train_preprocess_fn,
-      eval_preprocess_fn=eval_preprocess_fn,
+    train_data=train_data,
+    test_data=test_data,
+    train_preprocess_fn=train_preprocess_fn,
+    eval_preprocess_fn=eval_preprocess_fn,
   )
   input_spec = datasets.element_type_structure
 
   def model_fn() -> tff.learning.models.VariableModel:
     keras_model = models.create_model(
-        model,
-        input_shape=image_data.image_shape,
-        num_classes=image_data.num_classes,
-        weight_decay=weight_decay,
+      model,
+      input_shape=image_data.image_shape,
+      num_classes=image_data.num_classes,
+      weight_decay=weight_decay,
     )
     return tff.learning.models.from_keras_model(
-        keras_model,
-        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        input_spec=input_spec,
-        metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
+      keras_model,
+      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+      input_spec=input_spec,
+      metrics=[tf.keras.metrics.SparseCategoricalAccuracy()],
     )
 
   return tff.simulation.baselines.BaselineTask(datasets, model_fn)

@@ -132,7 +132,7 @@ class TrainingConfig:
       raise ValueError(f'rounds must be >= 1, got {self.rounds}.')
     if self.clients_per_round < 1:
       raise ValueError(
-          f'clients_per_round must be >= 1, got {self.clients_per_round}.'
+        f'clients_per_round must be >= 1, got {self.clients_per_round}.'
       )
     if self.eval_every < 1:
       raise ValueError(f'eval_every must be >= 1, got {self.eval_every}.')
@@ -142,7 +142,7 @@ class TrainingConfig:
         raise ValueError(f'{name} must be >= 1 (or None), got {value}.')
     if not 0 < self.client_lr_decay <= 1:
       raise ValueError(
-          f'client_lr_decay must be in (0, 1], got {self.client_lr_decay}.'
+        f'client_lr_decay must be in (0, 1], got {self.client_lr_decay}.'
       )
 
 
@@ -151,7 +151,7 @@ def _derived_seed(*parts: int) -> int:
 
 
 def cohort_indices(
-    seed: int, round_num: int, population: int, size: int
+  seed: int, round_num: int, population: int, size: int
 ) -> np.ndarray:
   """The clients (indices) of round `round_num`, in the order they are run.
 
@@ -175,18 +175,18 @@ class ClientSampler:
   """
 
   def __init__(
-      self,
-      datasets: tff.simulation.baselines.BaselineTaskDatasets,
-      clients_per_round: int,
-      seed: int,
+    self,
+    datasets: tff.simulation.baselines.BaselineTaskDatasets,
+    clients_per_round: int,
+    seed: int,
   ):
     self._dataset_fn = datasets.train_data.serializable_dataset_fn
     self._preprocess_fn = datasets.train_preprocess_fn or (lambda d: d)
     self._client_ids = list(datasets.train_data.client_ids)
     if clients_per_round > len(self._client_ids):
       raise ValueError(
-          f'clients_per_round={clients_per_round} exceeds the '
-          f'{len(self._client_ids)} clients of the task.'
+        f'clients_per_round={clients_per_round} exceeds the '
+        f'{len(self._client_ids)} clients of the task.'
       )
     self._clients_per_round = clients_per_round
     self._seed = seed
@@ -196,7 +196,7 @@ class ClientSampler:
   def client_ids(self, round_num: int) -> list[str]:
     """The cohort of `round_num`, a function of (seed, round) only."""
     chosen = cohort_indices(
-        self._seed, round_num, len(self._client_ids), self._clients_per_round
+      self._seed, round_num, len(self._client_ids), self._clients_per_round
     )
     return [self._client_ids[i] for i in chosen]
 
@@ -209,9 +209,7 @@ class ClientSampler:
     size = int(dataset.cardinality())
     self._sizes[client_id] = size if size >= 0 else -1
     buffer = size if size > 0 else _MAX_SHUFFLE_BUFFER
-    seed = _derived_seed(
-        self._seed, round_num, zlib.crc32(client_id.encode())
-    )
+    seed = _derived_seed(self._seed, round_num, zlib.crc32(client_id.encode()))
     dataset = dataset.shuffle(buffer, seed=seed, reshuffle_each_iteration=True)
     return self._preprocess_fn(dataset)
 
@@ -221,15 +219,15 @@ class ClientSampler:
 
   def cohort(self, round_num: int) -> list[tf.data.Dataset]:
     return [
-        self.client_dataset(round_num, c) for c in self.client_ids(round_num)
+      self.client_dataset(round_num, c) for c in self.client_ids(round_num)
     ]
 
   def identified_cohort(self, round_num: int) -> list[Any]:
     """The cohort with each client's index in the task's client ids."""
     ids = self.client_ids(round_num)
     return identified.with_client_ids(
-        [self.client_dataset(round_num, c) for c in ids],
-        [self._index[c] for c in ids],
+      [self.client_dataset(round_num, c) for c in ids],
+      [self._index[c] for c in ids],
     )
 
 
@@ -241,9 +239,9 @@ class CentralEvaluator:
   """
 
   def __init__(
-      self,
-      model_fn: Callable[[], tff.learning.models.VariableModel],
-      dataset: tf.data.Dataset,
+    self,
+    model_fn: Callable[[], tff.learning.models.VariableModel],
+    dataset: tf.data.Dataset,
   ):
     self._model = model_fn()
     self._dataset = dataset
@@ -256,7 +254,7 @@ class CentralEvaluator:
     return self._model.report_local_unfinalized_metrics()
 
   def __call__(
-      self, weights: tff.learning.models.ModelWeights
+    self, weights: tff.learning.models.ModelWeights
   ) -> collections.OrderedDict[str, np.ndarray]:
     weights.assign_weights_to(self._model)
     unfinalized = self._unfinalized_metrics()
@@ -264,8 +262,8 @@ class CentralEvaluator:
     # Keras finalizers are `tf.function`s that create a metric's variables,
     # made to be traced inside a TFF computation; run their Python eagerly.
     return collections.OrderedDict(
-        (name, np.asarray(_eager(finalizers[name])(value)))
-        for name, value in unfinalized.items()
+      (name, np.asarray(_eager(finalizers[name])(value)))
+      for name, value in unfinalized.items()
     )
 
 
@@ -274,22 +272,22 @@ def _eager(fn):
 
 
 def initial_model_weights(
-    model_fn: Callable[[], tff.learning.models.VariableModel], seed: int
+  model_fn: Callable[[], tff.learning.models.VariableModel], seed: int
 ) -> tff.learning.models.ModelWeights:
   """The model of `model_fn` initialised from `seed` (as NumPy arrays)."""
   tf.keras.utils.set_random_seed(seed)
   model = model_fn()
   return tf.nest.map_structure(
-      lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(model)
+    lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(model)
   )
 
 
 def _all_finite(structure) -> bool:
   """Whether every float in `structure` (None leaves ignored) is finite."""
   return all(
-      np.all(np.isfinite(x))
-      for x in tf.nest.flatten(structure)
-      if x is not None and np.issubdtype(np.asarray(x).dtype, np.floating)
+    np.all(np.isfinite(x))
+    for x in tf.nest.flatten(structure)
+    if x is not None and np.issubdtype(np.asarray(x).dtype, np.floating)
   )
 
 
@@ -305,8 +303,12 @@ class CheckpointManager(tff.program.FileProgramStateManager):
   """
 
   def __init__(self, root_dir: str, keep: int):
-    super().__init__(root_dir, prefix=run_files.CHECKPOINT_PREFIX,
-                     keep_total=keep, keep_first=False)
+    super().__init__(
+      root_dir,
+      prefix=run_files.CHECKPOINT_PREFIX,
+      keep_total=keep,
+      keep_first=False,
+    )
     self._root = root_dir
 
   async def load_latest(self, structure):
@@ -320,8 +322,8 @@ class CheckpointManager(tff.program.FileProgramStateManager):
     if not versions:
       return None, 0
     raise CheckpointDamagedError(
-        f'Every checkpoint in {self._root} is damaged; start over with '
-        '--overwrite (or another --output_dir).'
+      f'Every checkpoint in {self._root} is damaged; start over with '
+      '--overwrite (or another --output_dir).'
     )
 
   def _remove_partial_writes(self) -> None:
@@ -332,9 +334,14 @@ class CheckpointManager(tff.program.FileProgramStateManager):
   def _set_aside(self, version: int, error: Exception) -> None:
     path = os.path.join(self._root, f'{run_files.CHECKPOINT_PREFIX}{version}')
     logging.warning(
-        'Checkpoint of round %d is damaged: %s (%s: %s). Falling back to the '
-        'previous checkpoint; the damaged one is kept as %s.damaged.',
-        version, _damaged_file(path), type(error).__name__, error, path)
+      'Checkpoint of round %d is damaged: %s (%s: %s). Falling back to the '
+      'previous checkpoint; the damaged one is kept as %s.damaged.',
+      version,
+      _damaged_file(path),
+      type(error).__name__,
+      error,
+      path,
+    )
     if os.path.exists(path + '.damaged'):
       shutil.rmtree(path + '.damaged')
     os.rename(path, path + '.damaged')
@@ -382,8 +389,7 @@ def _num_dropped(metrics: dict[str, Any], cohort_size: int) -> Optional[int]:
   FedAvg finalizer, `update_non_finite` (1: no client contributed; a partial
   drop is not visible). None if the process reports none of these.
   """
-  examples = metrics.get('client_work', {}).get('train', {}).get(
-      'num_examples')
+  examples = metrics.get('client_work', {}).get('train', {}).get('num_examples')
   if examples is not None and not examples:  # TFF's client work resets a
     return cohort_size  # dropped client's metrics: none trained.
   native = _find(metrics, NUM_DROPPED_CLIENTS)
@@ -391,8 +397,10 @@ def _num_dropped(metrics: dict[str, Any], cohort_size: int) -> Optional[int]:
     return int(native)
   aggregator = metrics.get('aggregator', {})
   if NUM_ZERO_WEIGHT_CLIENTS in aggregator:
-    return int(aggregator[NUM_ZERO_WEIGHT_CLIENTS]
-               + aggregator.get(NUM_NON_FINITE_CLIENTS, 0))
+    return int(
+      aggregator[NUM_ZERO_WEIGHT_CLIENTS]
+      + aggregator.get(NUM_NON_FINITE_CLIENTS, 0)
+    )
   contributing = aggregator.get('num_clients')
   if contributing is not None:
     return cohort_size - int(np.max(contributing))
@@ -403,7 +411,7 @@ def _num_dropped(metrics: dict[str, Any], cohort_size: int) -> Optional[int]:
 
 
 def dropped_clients(
-    metrics: dict[str, Any], cohort_size: int, num_empty: int
+  metrics: dict[str, Any], cohort_size: int, num_empty: int
 ) -> Optional[collections.OrderedDict[str, int]]:
   """One round's dropped clients under one name for every method.
 
@@ -424,34 +432,36 @@ def dropped_clients(
   if dropped is None:
     return None
   dropped = min(max(dropped, num_empty), cohort_size)
-  return collections.OrderedDict([
+  return collections.OrderedDict(
+    [
       (NUM_DROPPED_CLIENTS, dropped),
       (NUM_NON_FINITE_CLIENTS, dropped - num_empty),
       (NUM_ZERO_WEIGHT_CLIENTS, num_empty),
-  ])
+    ]
+  )
 
 
 def _summarise(config: TrainingConfig) -> dict[str, Any]:
   rows = read_metrics(config.output_dir)
   rounds, accuracies = accuracy_curve(rows, config.accuracy_metric)
-  last = [a for r, a in zip(rounds, accuracies)
-          if r > config.rounds - config.summary_rounds]
+  last = [
+    a
+    for r, a in zip(rounds, accuracies)
+    if r > config.rounds - config.summary_rounds
+  ]
   seconds = [float(r['round_seconds']) for r in rows]
-  warnings = _chance_warnings(config, rounds, accuracies) + _loss_warnings(
-      rows)
+  warnings = _chance_warnings(config, rounds, accuracies) + _loss_warnings(rows)
   return collections.OrderedDict(
-      rounds=len(rows),
-      final_accuracy=accuracies[-1] if accuracies else None,
-      last_rounds_mean_accuracy=float(np.mean(last)) if last else None,
-      last_rounds=config.summary_rounds,
-      best_accuracy=max(accuracies) if accuracies else None,
-      median_round_seconds=float(np.median(seconds)) if seconds else None,
-      total_train_seconds=float(np.sum(seconds)),
-      dropped_clients=int(sum(float(r.get(_DROPPED_COLUMN) or 0)
-                              for r in rows)),
-      rejected_steps=int(sum(float(r.get(_REJECTED_COLUMN) or 0)
-                             for r in rows)),
-      warnings=warnings,
+    rounds=len(rows),
+    final_accuracy=accuracies[-1] if accuracies else None,
+    last_rounds_mean_accuracy=float(np.mean(last)) if last else None,
+    last_rounds=config.summary_rounds,
+    best_accuracy=max(accuracies) if accuracies else None,
+    median_round_seconds=float(np.median(seconds)) if seconds else None,
+    total_train_seconds=float(np.sum(seconds)),
+    dropped_clients=int(sum(float(r.get(_DROPPED_COLUMN) or 0) for r in rows)),
+    rejected_steps=int(sum(float(r.get(_REJECTED_COLUMN) or 0) for r in rows)),
+    warnings=warnings,
   )
 
 
@@ -464,8 +474,9 @@ _DIVERGING_LOSS = 1e3
 _CHANCE_FACTOR = 1.25
 
 
-def _chance_warnings(config: TrainingConfig, rounds: list[int],
-                     accuracies: list[float]) -> list[str]:
+def _chance_warnings(
+  config: TrainingConfig, rounds: list[int], accuracies: list[float]
+) -> list[str]:
   """A warning if accuracy stayed at chance for `chance_rounds` in a row."""
   if not config.chance_rounds or not config.chance_accuracy:
     return []
@@ -476,26 +487,33 @@ def _chance_warnings(config: TrainingConfig, rounds: list[int],
     longest = max(longest, streak)
   if longest < config.chance_rounds:
     return []
-  return [f'test accuracy stayed at chance (<= {limit:.4f}) for {longest} '
-          f'evaluated rounds in a row (of {len(rounds)}): the model is not '
-          'learning; lower --client_lr or --server_lr.']
+  return [
+    f'test accuracy stayed at chance (<= {limit:.4f}) for {longest} '
+    f'evaluated rounds in a row (of {len(rounds)}): the model is not '
+    'learning; lower --client_lr or --server_lr.'
+  ]
 
 
 def _loss_warnings(rows: list[dict[str, str]]) -> list[str]:
   """A warning if a round's training loss was non-finite or exploding."""
-  bad = [int(r['key']) for r in rows if r.get(_LOSS_COLUMN)
-         and not float(r[_LOSS_COLUMN]) <= _DIVERGING_LOSS]
+  bad = [
+    int(r['key'])
+    for r in rows
+    if r.get(_LOSS_COLUMN) and not float(r[_LOSS_COLUMN]) <= _DIVERGING_LOSS
+  ]
   if not bad:
     return []
-  return [f'training loss non-finite or above {_DIVERGING_LOSS:g} in rounds '
-          f'{bad[:10]}{"..." if len(bad) > 10 else ""}: clients diverge; '
-          'lower --client_lr.']
+  return [
+    f'training loss non-finite or above {_DIVERGING_LOSS:g} in rounds '
+    f'{bad[:10]}{"..." if len(bad) > 10 else ""}: clients diverge; '
+    'lower --client_lr.'
+  ]
 
 
 def _should_evaluate(config: TrainingConfig, round_num: int) -> bool:
   return (
-      round_num % config.eval_every == 0
-      or round_num > config.rounds - config.summary_rounds
+    round_num % config.eval_every == 0
+    or round_num > config.rounds - config.summary_rounds
   )
 
 
@@ -504,12 +522,12 @@ def _set_client_learning_rate(process, state, learning_rate: float):
   client_hparams = hparams.get('client_work', {})
   if 'learning_rate' not in client_hparams:
     raise ValueError(
-        'A client learning-rate decay needs a process whose client work has '
-        'a `learning_rate` hyperparameter, and this one has '
-        f'{dict(client_hparams)} (TFF 0.87\'s own FedProx, '
-        '`tff.learning.algorithms.build_weighted_fed_prox`, has none; '
-        '`tff_aggregators.build_weighted_fed_prox` has). Use that, or '
-        '--client_lr_decay=1.'
+      'A client learning-rate decay needs a process whose client work has '
+      'a `learning_rate` hyperparameter, and this one has '
+      f"{dict(client_hparams)} (TFF 0.87's own FedProx, "
+      '`tff.learning.algorithms.build_weighted_fed_prox`, has none; '
+      '`tff_aggregators.build_weighted_fed_prox` has). Use that, or '
+      '--client_lr_decay=1.'
     )
   client_hparams['learning_rate'] = np.float32(learning_rate)
   return process.set_hparams(state, hparams)
@@ -533,8 +551,9 @@ class _StopOnSignal:
 
   def __enter__(self) -> '_StopOnSignal':
     if threading.current_thread() is threading.main_thread():
-      self._previous = {s: signal.signal(s, self._handle)
-                        for s in self._SIGNALS}
+      self._previous = {
+        s: signal.signal(s, self._handle) for s in self._SIGNALS
+      }
     return self
 
   def __exit__(self, *unused) -> None:
@@ -562,40 +581,49 @@ async def _load_or_save_initial(process, state_manager, state):
   return state, int(start_round)
 
 
-def _check_finite(config: TrainingConfig, round_num: int, weights,
-                  train_loss, test) -> None:
+def _check_finite(
+  config: TrainingConfig, round_num: int, weights, train_loss, test
+) -> None:
   if not _all_finite((weights, train_loss, test)):
     raise TrainingDivergedError(
-        f'Round {round_num} produced a non-finite model, training loss or '
-        f'test metric (training loss {train_loss}, test '
-        f'{ {k: float(v) for k, v in (test or {}).items()} }). The state '
-        f'of round {round_num - 1} is kept in {config.output_dir}; lower '
-        'the learning rates (--client_lr, --server_lr) or check the data, '
-        'and start over (--overwrite, or the same command if no round was '
-        'completed yet).'
+      f'Round {round_num} produced a non-finite model, training loss or '
+      f'test metric (training loss {train_loss}, test '
+      f'{ {k: float(v) for k, v in (test or {}).items()} }). The state '
+      f'of round {round_num - 1} is kept in {config.output_dir}; lower '
+      'the learning rates (--client_lr, --server_lr) or check the data, '
+      'and start over (--overwrite, or the same command if no round was '
+      'completed yet).'
     )
 
 
-def _check_contributed(config: TrainingConfig, round_num: int,
-                       dropped: Optional[dict[str, int]],
-                       cohort_size: int, empty_streak: int) -> int:
+def _check_contributed(
+  config: TrainingConfig,
+  round_num: int,
+  dropped: Optional[dict[str, int]],
+  cohort_size: int,
+  empty_streak: int,
+) -> int:
   """The new count of consecutive empty rounds; raises at the limit."""
   if dropped is None or dropped[NUM_DROPPED_CLIENTS] < cohort_size:
     return 0
   empty_streak += 1
   if dropped[NUM_NON_FINITE_CLIENTS]:
-    cause = (f'{dropped[NUM_NON_FINITE_CLIENTS]} of {cohort_size} updates '
-             'were non-finite (client training diverged): lower --client_lr '
-             f'(now {config.client_lr})')
+    cause = (
+      f'{dropped[NUM_NON_FINITE_CLIENTS]} of {cohort_size} updates '
+      'were non-finite (client training diverged): lower --client_lr '
+      f'(now {config.client_lr})'
+    )
   else:
-    cause = (f'the {cohort_size} sampled clients hold no examples: raise '
-             '--alpha or lower --num_clients')
+    cause = (
+      f'the {cohort_size} sampled clients hold no examples: raise '
+      '--alpha or lower --num_clients'
+    )
   message = f'Round {round_num}: no client contributed; {cause}.'
   if config.max_empty_rounds and empty_streak >= config.max_empty_rounds:
     raise NoClientContributedError(
-        f'{message} Stopped after {empty_streak} such round(s) in a row '
-        '(--max_empty_rounds raises the limit); the state of round '
-        f'{round_num - 1} is kept in {config.output_dir}.'
+      f'{message} Stopped after {empty_streak} such round(s) in a row '
+      '(--max_empty_rounds raises the limit); the state of round '
+      f'{round_num - 1} is kept in {config.output_dir}.'
     )
   logging.warning('%s The model is unchanged.', message)
   return empty_streak
@@ -616,22 +644,33 @@ class _Watch:
   def observe(self, round_num: int, train_loss, accuracy) -> None:
     if not self._warned_loss and _diverging(train_loss):
       self._warned_loss = True
-      logging.warning('Round %d: training loss %s (above %g): clients '
-                      'diverge; lower --client_lr.', round_num, train_loss,
-                      _DIVERGING_LOSS)
+      logging.warning(
+        'Round %d: training loss %s (above %g): clients '
+        'diverge; lower --client_lr.',
+        round_num,
+        train_loss,
+        _DIVERGING_LOSS,
+      )
     config = self._config
-    if accuracy is None or not config.chance_rounds or (
-        not config.chance_accuracy):
+    if (
+      accuracy is None
+      or not config.chance_rounds
+      or (not config.chance_accuracy)
+    ):
       return
     at_chance = accuracy <= _CHANCE_FACTOR * config.chance_accuracy
     self._chance_streak = self._chance_streak + 1 if at_chance else 0
     if self._chance_streak >= config.chance_rounds and not (
-        self._warned_chance):
+      self._warned_chance
+    ):
       self._warned_chance = True
-      logging.warning('Round %d: test accuracy at chance for %d evaluations '
-                      'in a row: the model is not learning; lower '
-                      '--client_lr or --server_lr.', round_num,
-                      self._chance_streak)
+      logging.warning(
+        'Round %d: test accuracy at chance for %d evaluations '
+        'in a row: the model is not learning; lower '
+        '--client_lr or --server_lr.',
+        round_num,
+        self._chance_streak,
+      )
 
 
 def _diverging(train_loss) -> bool:
@@ -654,31 +693,33 @@ def _log_round(config, round_num, released, train_loss, round_seconds):
   if examples is not None and not examples:
     train_loss = None  # No client's loss counted (all dropped).
   logging.info(
-      'round %4d/%d  train loss %s  test accuracy %s  dropped %s  %.2f s',
-      round_num,
-      config.rounds,
-      _format_loss(train_loss),
-      f'{accuracy:.4f}' if accuracy is not None else '-',
-      released.get('clients', {}).get(NUM_DROPPED_CLIENTS, '-'),
-      round_seconds,
+    'round %4d/%d  train loss %s  test accuracy %s  dropped %s  %.2f s',
+    round_num,
+    config.rounds,
+    _format_loss(train_loss),
+    f'{accuracy:.4f}' if accuracy is not None else '-',
+    released.get('clients', {}).get(NUM_DROPPED_CLIENTS, '-'),
+    round_seconds,
   )
 
 
-def _run_round(process, state, sampler, cohort_fn, evaluator, config,
-               round_num):
+def _run_round(
+  process, state, sampler, cohort_fn, evaluator, config, round_num
+):
   """Runs one round; returns (output, the values to release, train loss)."""
   started = time.monotonic()
   if config.schedules_client_lr:
-    learning_rate = config.client_lr * config.client_lr_decay ** (
-        round_num - 1
-    )
+    learning_rate = config.client_lr * config.client_lr_decay ** (round_num - 1)
     state = _set_client_learning_rate(process, state, learning_rate)
   output = process.next(state, cohort_fn(round_num))
   released = collections.OrderedDict(
-      round_seconds=time.monotonic() - started, train=output.metrics
+    round_seconds=time.monotonic() - started, train=output.metrics
   )
-  dropped = dropped_clients(output.metrics, config.clients_per_round,
-                            sampler.num_empty_clients(round_num))
+  dropped = dropped_clients(
+    output.metrics,
+    config.clients_per_round,
+    sampler.num_empty_clients(round_num),
+  )
   if dropped is not None:
     released['clients'] = dropped
   if config.schedules_client_lr:
@@ -686,7 +727,7 @@ def _run_round(process, state, sampler, cohort_fn, evaluator, config,
   if evaluator is not None and _should_evaluate(config, round_num):
     released['test'] = evaluator(process.get_model_weights(output.state))
   train_loss = (
-      output.metrics.get('client_work', {}).get('train', {}).get('loss')
+    output.metrics.get('client_work', {}).get('train', {}).get('loss')
   )
   return output, released, train_loss
 
@@ -697,51 +738,71 @@ def check_client_lr_schedule(process, client_lr: float) -> None:
 
 
 async def _train(
-    process: tff.learning.templates.LearningProcess,
-    sampler: ClientSampler,
-    evaluator: Optional[CentralEvaluator],
-    initial_weights: tff.learning.models.ModelWeights,
-    config: TrainingConfig,
+  process: tff.learning.templates.LearningProcess,
+  sampler: ClientSampler,
+  evaluator: Optional[CentralEvaluator],
+  initial_weights: tff.learning.models.ModelWeights,
+  config: TrainingConfig,
 ) -> Optional[int]:
   """The loop (see `train`); returns the signal that stopped it, if any."""
   round_num = 0
-  with _StopOnSignal(lambda: f'stopping once round {round_num} is saved; '
-                     'rerun the same command to resume.') as stop:
+  with _StopOnSignal(
+    lambda: (
+      f'stopping once round {round_num} is saved; '
+      'rerun the same command to resume.'
+    )
+  ) as stop:
     state, start_round, state_manager = await _start(
-        process, initial_weights, config)
+      process, initial_weights, config
+    )
     if _finished(config, start_round):
       return None
     metrics_manager = _metrics_manager(config)
     cohort_fn = (
-        sampler.identified_cohort
-        if identified.expects_client_ids(process)
-        else sampler.cohort
+      sampler.identified_cohort
+      if identified.expects_client_ids(process)
+      else sampler.cohort
     )
     empty_streak, watch = 0, _Watch(config)
     for round_num in range(start_round + 1, config.rounds + 1):
       if stop.signum is not None:  # It came before this round started.
         return stop.signum
       output, released, train_loss = _run_round(
-          process, state, sampler, cohort_fn, evaluator, config, round_num)
-      _check_finite(config, round_num, process.get_model_weights(
-          output.state), train_loss, released.get('test'))
+        process, state, sampler, cohort_fn, evaluator, config, round_num
+      )
+      _check_finite(
+        config,
+        round_num,
+        process.get_model_weights(output.state),
+        train_loss,
+        released.get('test'),
+      )
       empty_streak = _check_contributed(
-          config, round_num, released.get('clients'),
-          config.clients_per_round, empty_streak)
-      watch.observe(round_num, train_loss, released.get('test', {}).get(
-          config.accuracy_metric))
+        config,
+        round_num,
+        released.get('clients'),
+        config.clients_per_round,
+        empty_streak,
+      )
+      watch.observe(
+        round_num,
+        train_loss,
+        released.get('test', {}).get(config.accuracy_metric),
+      )
       if not empty_streak and _step_rejected(output.metrics):
         logging.warning(
-            'Round %d: the server step was non-finite or overflowed and was '
-            'rejected (the model is unchanged): lower --server_lr.',
-            round_num)
+          'Round %d: the server step was non-finite or overflowed and was '
+          'rejected (the model is unchanged): lower --server_lr.',
+          round_num,
+        )
       state = output.state
       # Metrics first: a kill before the save re-runs this round, whose
       # release then replaces the row; the reverse order would lose the row.
       await metrics_manager.release(released, key=round_num)
       await state_manager.save((state, round_num), version=round_num)
-      _log_round(config, round_num, released, train_loss,
-                 released['round_seconds'])
+      _log_round(
+        config, round_num, released, train_loss, released['round_seconds']
+      )
   return stop.signum
 
 
@@ -751,44 +812,53 @@ async def _start(process, initial_weights, config):
   if config.schedules_client_lr:  # Fails now, not after the first round.
     _set_client_learning_rate(process, state, config.client_lr)
   state_manager = CheckpointManager(
-      os.path.join(config.output_dir, CHECKPOINT_DIR), config.keep_checkpoints
+    os.path.join(config.output_dir, CHECKPOINT_DIR), config.keep_checkpoints
   )
   state, start_round = await _load_or_save_initial(
-      process, state_manager, state)
+    process, state_manager, state
+  )
   return state, start_round, state_manager
 
 
 def _metrics_manager(config: TrainingConfig):
-  return tff.program.GroupingReleaseManager([
+  return tff.program.GroupingReleaseManager(
+    [
       tff.program.CSVFileReleaseManager(
-          os.path.join(config.output_dir, METRICS_CSV)
+        os.path.join(config.output_dir, METRICS_CSV)
       ),
       tff.program.TensorBoardReleaseManager(
-          os.path.join(config.output_dir, TENSORBOARD_DIR)
+        os.path.join(config.output_dir, TENSORBOARD_DIR)
       ),
-  ])
+    ]
+  )
 
 
 def _finished(config: TrainingConfig, start_round: int) -> bool:
   """Whether the saved run already has `config.rounds` (says so if so)."""
   if start_round == config.rounds:
-    logging.info('%s holds the finished run of %d rounds: nothing to train.',
-                 config.output_dir, start_round)
+    logging.info(
+      '%s holds the finished run of %d rounds: nothing to train.',
+      config.output_dir,
+      start_round,
+    )
   elif start_round > config.rounds:
     logging.warning(
-        '%s already holds %d rounds, more than --rounds=%d: nothing to '
-        'train. For a shorter run, use another --output_dir or --overwrite.',
-        config.output_dir, start_round, config.rounds)
+      '%s already holds %d rounds, more than --rounds=%d: nothing to '
+      'train. For a shorter run, use another --output_dir or --overwrite.',
+      config.output_dir,
+      start_round,
+      config.rounds,
+    )
   return start_round >= config.rounds
 
 
 def train(
-    process: tff.learning.templates.LearningProcess,
-    task: tff.simulation.baselines.BaselineTask,
-    config: TrainingConfig,
-    *,
-    eval_data: Optional[tf.data.Dataset] = None,
-    label: str = '',
+  process: tff.learning.templates.LearningProcess,
+  task: tff.simulation.baselines.BaselineTask,
+  config: TrainingConfig,
+  *,
+  eval_data: Optional[tf.data.Dataset] = None,
+  label: str = '',
 ) -> collections.OrderedDict[str, Any]:
   """Trains `process` on `task`, resuming from `config.output_dir` if possible.
 
@@ -823,17 +893,18 @@ def train(
   evaluator = CentralEvaluator(task.model_fn, eval_data)
   initial_weights = initial_model_weights(task.model_fn, config.seed)
   stopped_by = asyncio.run(
-      _train(process, sampler, evaluator, initial_weights, config))
+    _train(process, sampler, evaluator, initial_weights, config)
+  )
   summary = _summarise(config)
   for warning in summary['warnings']:
     logging.warning('%s', warning)
   write_json(os.path.join(config.output_dir, SUMMARY_JSON), summary)
   rounds, accuracies = accuracy_curve(
-      read_metrics(config.output_dir), config.accuracy_metric
+    read_metrics(config.output_dir), config.accuracy_metric
   )
   plotting.plot_accuracy(
-      {label: (rounds, accuracies)},
-      os.path.join(config.output_dir, ACCURACY_PNG),
+    {label: (rounds, accuracies)},
+    os.path.join(config.output_dir, ACCURACY_PNG),
   )
   if stopped_by is not None:
     raise StopRequested(stopped_by)

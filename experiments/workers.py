@@ -21,18 +21,18 @@ from tff_aggregators import runtime
 
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', 2, 'Workers to start.')
 _PORTS = flags.DEFINE_list(
-    'ports', None, 'Their ports, one per worker (default: free ports).'
+  'ports', None, 'Their ports, one per worker (default: free ports).'
 )
 _GPUS = flags.DEFINE_list(
-    'gpus', None, 'GPU ids; worker i gets CUDA_VISIBLE_DEVICES=gpus[i % n].'
+  'gpus', None, 'GPU ids; worker i gets CUDA_VISIBLE_DEVICES=gpus[i % n].'
 )
 _MAX_CONCURRENT_COMPUTATION_CALLS = flags.DEFINE_integer(
-    'max_concurrent_computation_calls',
-    -1,
-    'Parallel client computations per worker (-1: no limit).',
+  'max_concurrent_computation_calls',
+  -1,
+  'Parallel client computations per worker (-1: no limit).',
 )
 _HOST = flags.DEFINE_string(
-    'host', '127.0.0.1', 'Host name printed in the --workers line.'
+  'host', '127.0.0.1', 'Host name printed in the --workers line.'
 )
 
 
@@ -43,10 +43,10 @@ def main(argv: list[str]) -> None:
   if ports and len(ports) != _NUM_WORKERS.value:
     raise SystemExit('error: --ports needs one port per worker.')
   workers = runtime.start_local_workers(
-      _NUM_WORKERS.value,
-      max_concurrent_computation_calls=_MAX_CONCURRENT_COMPUTATION_CALLS.value,
-      gpus=_GPUS.value or (),
-      ports=ports,
+    _NUM_WORKERS.value,
+    max_concurrent_computation_calls=_MAX_CONCURRENT_COMPUTATION_CALLS.value,
+    gpus=_GPUS.value or (),
+    ports=ports,
   )
   for worker in workers:
     runtime.connect(worker.address, worker=worker)
@@ -59,8 +59,8 @@ def main(argv: list[str]) -> None:
       exited = [w for w in workers if w.poll() is not None]
       if exited:
         raise SystemExit(
-            f'error: worker on port {exited[0].port} exited with code '
-            f'{exited[0].poll()}.'
+          f'error: worker on port {exited[0].port} exited with code '
+          f'{exited[0].poll()}.'
         )
       time.sleep(0.2)
   except KeyboardInterrupt:

@@ -37,36 +37,42 @@ def _example(**features) -> bytes:
     value = np.asarray(value)
     if value.dtype.kind in 'SU' or isinstance(value.flat[0], bytes):
       return tf.train.Feature(
-          bytes_list=tf.train.BytesList(value=[str(value).encode()]))
+        bytes_list=tf.train.BytesList(value=[str(value).encode()])
+      )
     if value.dtype.kind == 'f':
       return tf.train.Feature(
-          float_list=tf.train.FloatList(value=value.ravel()))
+        float_list=tf.train.FloatList(value=value.ravel())
+      )
     return tf.train.Feature(int64_list=tf.train.Int64List(value=value.ravel()))
 
   return tf.train.Example(
-      features=tf.train.Features(
-          feature={k: feature(v) for k, v in features.items()}
-      )
+    features=tf.train.Features(
+      feature={k: feature(v) for k, v in features.items()}
+    )
   ).SerializeToString()
 
 
 def _clients(make_example, num_clients, per_client, seed):
   rng = np.random.default_rng(seed)
   return {
-      f'c{c:03d}': [make_example(rng) for _ in range(per_client)]
-      for c in range(num_clients)
+    f'c{c:03d}': [make_example(rng) for _ in range(per_client)]
+    for c in range(num_clients)
   }
 
 
 def _emnist(rng):
-  return _example(pixels=rng.random((28, 28), np.float32),
-                  label=int(rng.integers(62)))
+  return _example(
+    pixels=rng.random((28, 28), np.float32), label=int(rng.integers(62))
+  )
 
 
 def _cifar100(rng):
   label = int(rng.integers(100))
-  return _example(image=rng.integers(0, 256, (32, 32, 3)), label=label,
-                  coarse_label=label // 5)
+  return _example(
+    image=rng.integers(0, 256, (32, 32, 3)),
+    label=label,
+    coarse_label=label // 5,
+  )
 
 
 _WORDS = ['the', 'model', 'federated', 'server', 'client', 'round']
@@ -74,35 +80,47 @@ _WORDS = ['the', 'model', 'federated', 'server', 'client', 'round']
 
 def _stackoverflow(rng):
   tokens = ' '.join(rng.choice(_WORDS, size=int(rng.integers(3, 12))))
-  return _example(creation_date='2010-01-01', score=1, tags='python',
-                  title='a title', tokens=tokens, type='question')
+  return _example(
+    creation_date='2010-01-01',
+    score=1,
+    tags='python',
+    title='a title',
+    tokens=tokens,
+    type='question',
+  )
 
 
 def _write_cache(cache_dir: str, name: str) -> None:
   """Tiny real-format files for task `name` in `cache_dir`."""
   if name == 'femnist':
     test_utils.write_tff_sqlite(
-        os.path.join(cache_dir, 'emnist_all.sqlite'),
-        {'all_train': _clients(_emnist, 6, 5, 0),
-         'all_test': _clients(_emnist, 3, 4, 1)},
+      os.path.join(cache_dir, 'emnist_all.sqlite'),
+      {
+        'all_train': _clients(_emnist, 6, 5, 0),
+        'all_test': _clients(_emnist, 3, 4, 1),
+      },
     )
   elif name == 'cifar100_federated':
     test_utils.write_tff_sqlite(
-        os.path.join(cache_dir, 'cifar100.sqlite'),
-        {'train': _clients(_cifar100, 4, 3, 0),
-         'test': _clients(_cifar100, 2, 3, 1)},
+      os.path.join(cache_dir, 'cifar100.sqlite'),
+      {
+        'train': _clients(_cifar100, 4, 3, 0),
+        'test': _clients(_cifar100, 2, 3, 1),
+      },
     )
   else:
     test_utils.write_tff_sqlite(
-        os.path.join(cache_dir, 'stackoverflow.sqlite'),
-        {'train': _clients(_stackoverflow, 6, 4, 0),
-         'heldout': _clients(_stackoverflow, 3, 4, 1),
-         'test': _clients(_stackoverflow, 3, 4, 2)},
+      os.path.join(cache_dir, 'stackoverflow.sqlite'),
+      {
+        'train': _clients(_stackoverflow, 6, 4, 0),
+        'heldout': _clients(_stackoverflow, 3, 4, 1),
+        'test': _clients(_stackoverflow, 3, 4, 2),
+      },
     )
     # The archive TFF downloads: its content is checked by a pinned hash, so
     # `load_word_counts` is substituted in the test (see `_word_counts`).
     with tarfile.open(
-        os.path.join(cache_dir, 'stackoverflow.word_count.tar.bz2'), 'w:bz2'
+      os.path.join(cache_dir, 'stackoverflow.word_count.tar.bz2'), 'w:bz2'
     ) as archive:
       text = ''.join(f'{w} {10 - i}\n' for i, w in enumerate(_WORDS)).encode()
       info = tarfile.TarInfo('stackoverflow.word_count')
@@ -119,24 +137,32 @@ def _word_counts(cache_dir=None, vocab_size=None):
 _METHODS = [n for n in registry.names() if n != 'fedavg']
 
 _FLAGS = {
-    'femnist': dict(model='cnn', batch_size=4, proxy_size=3),
-    'stackoverflow': dict(batch_size=4, eval_examples=6, proxy_size=3),
-    'cifar100_federated': dict(batch_size=3, crop_size=24, proxy_size=3),
+  'femnist': dict(model='cnn', batch_size=4, proxy_size=3),
+  'stackoverflow': dict(batch_size=4, eval_examples=6, proxy_size=3),
+  'cifar100_federated': dict(batch_size=3, crop_size=24, proxy_size=3),
 }
 
 
 class BinariesTest(parameterized.TestCase):
-
   def _run(self, name, **flag_values):
     output_dir = self.create_tempdir().full_path
     defaults = dict(baseline_tasks.flag_defaults(name))
     defaults.update(
-        rounds=2, clients_per_round=2, eval_every=1, summary_rounds=2,
-        output_dir=output_dir, **_FLAGS[name], **flag_values,
+      rounds=2,
+      clients_per_round=2,
+      eval_every=1,
+      summary_rounds=2,
+      output_dir=output_dir,
+      **_FLAGS[name],
+      **flag_values,
     )
-    with flagsaver.flagsaver(**defaults), absltest.mock.patch.object(
-        tff.simulation.datasets.stackoverflow, 'load_word_counts',
+    with (
+      flagsaver.flagsaver(**defaults),
+      absltest.mock.patch.object(
+        tff.simulation.datasets.stackoverflow,
+        'load_word_counts',
         _word_counts,
+      ),
     ):
       experiment.baseline_task_main(name)([name])
     with open(os.path.join(output_dir, training.SUMMARY_JSON)) as f:
@@ -153,15 +179,16 @@ class BinariesTest(parameterized.TestCase):
   # CIFAR-100 on synthetic data runs in the FedLAW test below (its ResNet-18
   # is the slowest model here).
   @parameterized.parameters(
-      n for n in baseline_tasks.TASKS if n != 'cifar100_federated')
+    n for n in baseline_tasks.TASKS if n != 'cifar100_federated'
+  )
   def test_synthetic_data(self, name):
     if name != 'femnist':
       test_utils.skip_unless_full_suite(self, 'femnist covers this path')
     self._run(name, use_synthetic_data=True)
 
   @parameterized.parameters(
-      [(aggregator, 'femnist') for aggregator in _METHODS]
-      + [(aggregator, 'stackoverflow') for aggregator in _METHODS[::2]]
+    [(aggregator, 'femnist') for aggregator in _METHODS]
+    + [(aggregator, 'stackoverflow') for aggregator in _METHODS[::2]]
   )
   def test_every_aggregator_runs(self, aggregator, name):
     # Each method on tiny files in TFF's format, so through the real loaders
@@ -174,31 +201,45 @@ class BinariesTest(parameterized.TestCase):
     source = dict(cache_dir=self.create_tempdir().full_path)
     _write_cache(source['cache_dir'], name)
     output_dir, rows = self._run(
-        name, aggregator=aggregator, fedcda_warmup=1, fedcda_history='disk',
-        fedlaw_server_epochs=2, **source)
+      name,
+      aggregator=aggregator,
+      fedcda_warmup=1,
+      fedcda_history='disk',
+      fedlaw_server_epochs=2,
+      **source,
+    )
     self.assertLen(rows, 2)
     self.assertEqual(
-        os.path.exists(os.path.join(output_dir, 'fedcda_history')),
-        aggregator == 'fedcda')
+      os.path.exists(os.path.join(output_dir, 'fedcda_history')),
+      aggregator == 'fedcda',
+    )
 
   @parameterized.parameters(*baseline_tasks.TASKS)
   def test_fedlaw_learns_on_held_out_clients(self, name):
     if name != 'femnist':
       test_utils.skip_unless_full_suite(self, 'femnist covers this path')
-    _, rows = self._run(name, use_synthetic_data=True, aggregator='fedlaw',
-                        fedlaw_server_epochs=2)
+    _, rows = self._run(
+      name, use_synthetic_data=True, aggregator='fedlaw', fedlaw_server_epochs=2
+    )
     self.assertIn('train/finalizer/gamma', rows[-1])
     self.assertTrue(np.isfinite(float(rows[-1]['train/finalizer/gamma'])))
 
   def test_proxy_examples_are_not_evaluated(self):
     task = baseline_tasks.create_task(
-        'femnist', cache_dir=None, use_synthetic_data=True, model='cnn',
-        batch_size=4, local_epochs=1, max_client_examples=None,
+      'femnist',
+      cache_dir=None,
+      use_synthetic_data=True,
+      model='cnn',
+      batch_size=4,
+      local_epochs=1,
+      max_client_examples=None,
     )
     everything, _ = baseline_tasks.evaluation_data(
-        task, num_examples=None, seed=0)
+      task, num_examples=None, seed=0
+    )
     evaluated, proxy = baseline_tasks.evaluation_data(
-        task, num_examples=None, seed=0, proxy_size=5)
+      task, num_examples=None, seed=0, proxy_size=5
+    )
     count = lambda d: sum(int(tf.shape(x)[0]) for x, _ in d)
     self.assertEqual(len(list(proxy)), 5)
     self.assertEqual(count(evaluated), count(everything) - 5)
@@ -207,7 +248,8 @@ class BinariesTest(parameterized.TestCase):
   def test_tiny_files_in_tff_format(self, name):
     if name == 'cifar100_federated':
       test_utils.skip_unless_full_suite(
-          self, 'test_cifar100_files_load covers the loader')
+        self, 'test_cifar100_files_load covers the loader'
+      )
     cache_dir = self.create_tempdir().full_path
     _write_cache(cache_dir, name)
     output_dir, rows = self._run(name, cache_dir=cache_dir)
@@ -217,8 +259,8 @@ class BinariesTest(parameterized.TestCase):
       config = json.load(f)
     # Reddi et al.'s tuned learning rates for FedAvg (--server_optimizer=sgd).
     self.assertEqual(
-        (config['client_lr'], config['server_lr']),
-        baseline_tasks.SETTINGS[name].learning_rates['sgd'],
+      (config['client_lr'], config['server_lr']),
+      baseline_tasks.SETTINGS[name].learning_rates['sgd'],
     )
 
   def test_cifar100_files_load(self):
@@ -226,14 +268,22 @@ class BinariesTest(parameterized.TestCase):
     cache_dir = self.create_tempdir().full_path
     _write_cache(cache_dir, 'cifar100_federated')
     task = baseline_tasks.create_task(
-        'cifar100_federated', cache_dir=cache_dir, use_synthetic_data=False,
-        model='resnet18', batch_size=2, local_epochs=1,
-        max_client_examples=None, crop_size=24,
+      'cifar100_federated',
+      cache_dir=cache_dir,
+      use_synthetic_data=False,
+      model='resnet18',
+      batch_size=2,
+      local_epochs=1,
+      max_client_examples=None,
+      crop_size=24,
     )
     train = task.datasets.train_data
     self.assertLen(train.client_ids, 4)
-    batches = list(task.datasets.train_preprocess_fn(
-        train.create_tf_dataset_for_client(train.client_ids[0])))
+    batches = list(
+      task.datasets.train_preprocess_fn(
+        train.create_tf_dataset_for_client(train.client_ids[0])
+      )
+    )
     self.assertEqual([int(x.shape[0]) for x, _ in batches], [2, 1])
     images, labels = batches[0]
     self.assertEqual(images.shape[1:], (24, 24, 3))
@@ -245,30 +295,39 @@ class BinariesTest(parameterized.TestCase):
     cache_dir = self.create_tempdir().full_path
     file = baseline_tasks.SETTINGS[name].files[0]
     with self.assertRaisesRegex(
-        data.DataNotFoundError,
-        f'(?s){os.path.join(cache_dir, file)}.*{file}.lzma.*use_synthetic_data',
+      data.DataNotFoundError,
+      f'(?s){os.path.join(cache_dir, file)}.*{file}.lzma.*use_synthetic_data',
     ):
       baseline_tasks.check_data(name, cache_dir)
 
   def test_partition_flags_are_refused(self):
-    with flagsaver.as_parsed(num_clients='5'), self.assertRaisesRegex(
+    with (
+      flagsaver.as_parsed(num_clients='5'),
+      self.assertRaisesRegex(
         SystemExit, '--num_clients do not apply to femnist'
+      ),
     ):
       experiment.baseline_task_main('femnist')(['femnist'])
 
 
 class SamplingTest(absltest.TestCase):
-
   def test_only_the_sampled_clients_are_queried(self):
     cache_dir = self.create_tempdir().full_path
     test_utils.write_tff_sqlite(
-        os.path.join(cache_dir, 'emnist_all.sqlite'),
-        {'all_train': _clients(_emnist, 40, 1, 0),
-         'all_test': _clients(_emnist, 2, 1, 1)},
+      os.path.join(cache_dir, 'emnist_all.sqlite'),
+      {
+        'all_train': _clients(_emnist, 40, 1, 0),
+        'all_test': _clients(_emnist, 2, 1, 1),
+      },
     )
     task = baseline_tasks.create_task(
-        'femnist', cache_dir=cache_dir, use_synthetic_data=False, model='cnn',
-        batch_size=4, local_epochs=1, max_client_examples=None,
+      'femnist',
+      cache_dir=cache_dir,
+      use_synthetic_data=False,
+      model='cnn',
+      batch_size=4,
+      local_epochs=1,
+      max_client_examples=None,
     )
     sampler = training.ClientSampler(task.datasets, 3, seed=0)
     queries = []
@@ -279,7 +338,7 @@ class SamplingTest(absltest.TestCase):
       return real_sql_dataset(*args, **kwargs)
 
     with absltest.mock.patch.object(
-        tf.data.experimental, 'SqlDataset', counting_sql_dataset
+      tf.data.experimental, 'SqlDataset', counting_sql_dataset
     ):
       cohort = sampler.cohort(1)
     self.assertLen(cohort, 3)
@@ -289,7 +348,6 @@ class SamplingTest(absltest.TestCase):
 
 
 class IndexWarningTest(absltest.TestCase):
-
   def test_warns_only_without_a_client_index(self):
     directory = self.create_tempdir().full_path
     indexed = os.path.join(directory, 'indexed.sqlite')

@@ -11,11 +11,13 @@ import tensorflow_federated as tff
 from tff_aggregators import runtime
 from tff_aggregators.aggregators import collect
 
-_VALUE_TYPE = tff.types.to_type(collections.OrderedDict(
+_VALUE_TYPE = tff.types.to_type(
+  collections.OrderedDict(
     kernel=tff.TensorType(np.float32, [3, 2]),
     bias=tff.TensorType(np.float32, [2]),
     half=tff.TensorType(np.float16, [1]),
-))
+  )
+)
 _WEIGHT = tff.TensorType(np.float32)
 
 
@@ -25,21 +27,23 @@ def setUpModule():
 
 def _values(n, seed=0):
   rng = np.random.default_rng(seed)
-  return [collections.OrderedDict(
+  return [
+    collections.OrderedDict(
       kernel=rng.normal(size=(3, 2)).astype(np.float32),
       bias=rng.normal(size=2).astype(np.float32),
       half=rng.normal(size=1).astype(np.float16),
-  ) for _ in range(n)]
+    )
+    for _ in range(n)
+  ]
 
 
 def _row(value):
-  return np.concatenate([
-      np.ravel(value[k]).astype(np.float32) for k in ('bias', 'half', 'kernel')
-  ])  # tf.nest.flatten sorts OrderedDict keys.
+  return np.concatenate(
+    [np.ravel(value[k]).astype(np.float32) for k in ('bias', 'half', 'kernel')]
+  )  # tf.nest.flatten sorts OrderedDict keys.
 
 
 class CollectAllFactoryTest(parameterized.TestCase):
-
   @parameterized.parameters(0, 1, 4, 7)
   def test_rows_are_the_clients_in_order_exactly(self, n):
     process = collect.CollectAllFactory(7).create(_VALUE_TYPE, _WEIGHT)
@@ -102,11 +106,11 @@ class CollectAllFactoryTest(parameterized.TestCase):
       collect.CollectAllFactory(2.5)
     with self.assertRaisesRegex(TypeError, 'floating-point'):
       collect.CollectAllFactory(2).create(
-          [tff.TensorType(np.int32, [2])], _WEIGHT
+        [tff.TensorType(np.int32, [2])], _WEIGHT
       )
     with self.assertRaisesRegex(TypeError, 'numeric scalar weight'):
       collect.CollectAllFactory(2).create(
-          _VALUE_TYPE, tff.TensorType(np.float32, [2])
+        _VALUE_TYPE, tff.TensorType(np.float32, [2])
       )
 
 

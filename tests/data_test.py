@@ -12,7 +12,6 @@ from tests import test_utils
 
 
 class FashionMnistTest(absltest.TestCase):
-
   def test_real_files(self):
     d = data.load_fashion_mnist()
     self.assertEqual(d.train_images.shape, (60000, 28, 28, 1))
@@ -21,7 +20,7 @@ class FashionMnistTest(absltest.TestCase):
     self.assertEqual(d.train_labels.dtype, np.int64)
     # The first labels of the original training file.
     np.testing.assert_array_equal(
-        d.train_labels[:10], [9, 0, 0, 3, 0, 2, 7, 2, 5, 5]
+      d.train_labels[:10], [9, 0, 0, 3, 0, 2, 7, 2, 5, 5]
     )
     np.testing.assert_array_equal(np.bincount(d.train_labels), [6000] * 10)
     np.testing.assert_array_equal(np.bincount(d.test_labels), [1000] * 10)
@@ -67,15 +66,14 @@ class FashionMnistTest(absltest.TestCase):
   def test_missing_files_say_how_to_install(self):
     directory = self.create_tempdir().full_path
     with self.assertRaisesRegex(
-        data.DataNotFoundError,
-        r"(?s)'train-images-idx3-ubyte.gz'.*apt-get install "
-        r'dataset-fashion-mnist.*--data_dir',
+      data.DataNotFoundError,
+      r"(?s)'train-images-idx3-ubyte.gz'.*apt-get install "
+      r'dataset-fashion-mnist.*--data_dir',
     ):
       data.load_fashion_mnist(directory)
 
 
 class TfdsTest(absltest.TestCase):
-
   def test_cifar10_through_the_mock(self):
     with tfds.testing.mock_data(num_examples=12):
       d = data.load('cifar10', self.create_tempdir().full_path)
@@ -94,8 +92,8 @@ class TfdsTest(absltest.TestCase):
   def test_missing_data_says_how_to_provide_it(self):
     directory = os.path.join(self.create_tempdir().full_path, 'empty')
     with self.assertRaisesRegex(
-        data.DataNotFoundError,
-        r'(?s)cifar10 is not prepared.*download_and_prepare.*--download',
+      data.DataNotFoundError,
+      r'(?s)cifar10 is not prepared.*download_and_prepare.*--download',
     ):
       data.load('cifar10', directory)
 

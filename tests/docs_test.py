@@ -31,47 +31,66 @@ ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 _THIS_FILE = os.path.relpath(os.path.realpath(__file__), ROOT)
 
 # Files checked: text files the repository's users read or run.
-_TEXT_EXTENSIONS = frozenset([
-    '.md', '.py', '.sh', '.bzl', '.toml', '.txt', '.cfg', '.ini', '.yaml',
-    '.yml', '.bib', '.cff',
-])
-_TEXT_NAMES = frozenset([
-    'BUILD', 'WORKSPACE', 'Makefile', '.bazelrc', '.gitignore', 'LICENSE',
-])
+_TEXT_EXTENSIONS = frozenset(
+  [
+    '.md',
+    '.py',
+    '.sh',
+    '.bzl',
+    '.toml',
+    '.txt',
+    '.cfg',
+    '.ini',
+    '.yaml',
+    '.yml',
+    '.bib',
+    '.cff',
+  ]
+)
+_TEXT_NAMES = frozenset(
+  [
+    'BUILD',
+    'WORKSPACE',
+    'Makefile',
+    '.bazelrc',
+    '.gitignore',
+    'LICENSE',
+  ]
+)
 # Never descended into when git is not available to list the files.
 _SKIPPED_DIRS = frozenset(['.git', '.venv', '__pycache__', 'runs', 'build'])
 
 # A path outside the repository: the sibling directory the project's authors
 # keep their working notes in, or any absolute path into it.
 _OUTSIDE_PATTERNS = (
-    re.compile(r'(?:\.\./)+shared\b'),
-    re.compile(r'/work/shared\b'),
-    re.compile(r'\bshared/(?:specs|notes|papers)\b'),
+  re.compile(r'(?:\.\./)+shared\b'),
+  re.compile(r'/work/shared\b'),
+  re.compile(r'\bshared/(?:specs|notes|papers)\b'),
 )
 _METHODS = r'(?:fedcda|fedglad|fedlaw|fedlws|fedsa)'
 # Citations of the authors' implementation notes, which users do not have:
 # their section numbers, their file names, possessive references to them.
 _CITATION_PATTERNS = (
-    re.compile(r'\bspecs?\s*(?:§\s*|sections?\s+)?\d', re.IGNORECASE),
-    re.compile(r'\bspecs?\s+`?' + _METHODS + r'\.md\b', re.IGNORECASE),
-    re.compile(
-        r'\b' + _METHODS + r'\.md`?\s*(?:§|sections?\b|\d)', re.IGNORECASE
-    ),
-    re.compile(r"(?<!paper )(?<!paper's )§\s*\d"),
-    re.compile(r'\btff-0\.87\.md\b', re.IGNORECASE),
-    re.compile(r'\bbenchmark-targets\.md\b', re.IGNORECASE),
-    re.compile(r"\bspec(?:')s\b", re.IGNORECASE),
-    re.compile(
-        r"\b(?:the|its|this|each|a|method's|their)\s+specs?\b(?!\s*[=(])",
-        re.IGNORECASE,
-    ),
-    re.compile(r'\(specs?[);,]', re.IGNORECASE),
+  re.compile(r'\bspecs?\s*(?:§\s*|sections?\s+)?\d', re.IGNORECASE),
+  re.compile(r'\bspecs?\s+`?' + _METHODS + r'\.md\b', re.IGNORECASE),
+  re.compile(
+    r'\b' + _METHODS + r'\.md`?\s*(?:§|sections?\b|\d)', re.IGNORECASE
+  ),
+  re.compile(r"(?<!paper )(?<!paper's )§\s*\d"),
+  re.compile(r'\btff-0\.87\.md\b', re.IGNORECASE),
+  re.compile(r'\bbenchmark-targets\.md\b', re.IGNORECASE),
+  re.compile(r"\bspec(?:')s\b", re.IGNORECASE),
+  re.compile(
+    r"\b(?:the|its|this|each|a|method's|their)\s+specs?\b(?!\s*[=(])",
+    re.IGNORECASE,
+  ),
+  re.compile(r'\(specs?[);,]', re.IGNORECASE),
 )
 # The project's own issue-tracker numbers mean nothing to a reader of a
 # clone (another project's issue, linked to its tracker, is fine).
 _ISSUE_PATTERNS = (
-    re.compile(r'\bissues?\s+#?\d+\b', re.IGNORECASE),
-    re.compile(r'(?<![\w&/#])#\d+\b'),
+  re.compile(r'\bissues?\s+#?\d+\b', re.IGNORECASE),
+  re.compile(r'(?<![\w&/#])#\d+\b'),
 )
 
 # A link to another site (an external tracker's issue is fine to name).
@@ -79,8 +98,9 @@ _EXTERNAL_LINK = re.compile(r'\[[^\]]*\]\((?:https?|mailto):[^)]*\)')
 _FENCE = re.compile(r'^\s*(```|~~~)')
 _INLINE_CODE = re.compile(r'(`+)(?:(?!\1).)+?\1')
 _LINK = re.compile(
-    r'!?\[(?:[^\[\]]|\[[^\]]*\])*\]'  # The link text, one level of [] inside.
-    r'\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)')  # (target "title")
+  r'!?\[(?:[^\[\]]|\[[^\]]*\])*\]'  # The link text, one level of [] inside.
+  r'\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)'
+)  # (target "title")
 _REFERENCE_DEFINITION = re.compile(r'^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s|$)')
 _HEADING = re.compile(r'^\s{0,3}(#{1,6})\s+(.*?)\s*#*\s*$')
 _HTML_ANCHOR = re.compile(r'<a\s+(?:name|id)="([^"]+)"', re.IGNORECASE)
@@ -94,11 +114,17 @@ def repository_files() -> list[str]:
   otherwise every file under ROOT outside `_SKIPPED_DIRS` and `bazel-*`.
   """
   try:
-    listed = subprocess.run(
-        ['git', 'ls-files', '--cached', '--others', '--exclude-standard',
-         '-z'],
-        cwd=ROOT, capture_output=True, check=True, timeout=60,
-    ).stdout.decode('utf-8').split('\0')
+    listed = (
+      subprocess.run(
+        ['git', 'ls-files', '--cached', '--others', '--exclude-standard', '-z'],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+        timeout=60,
+      )
+      .stdout.decode('utf-8')
+      .split('\0')
+    )
     files = {f for f in listed if f and os.path.isfile(os.path.join(ROOT, f))}
     if files:
       return sorted(files)
@@ -107,8 +133,9 @@ def repository_files() -> list[str]:
   files = set()
   for directory, subdirs, names in os.walk(ROOT):
     subdirs[:] = [
-        d for d in subdirs
-        if d not in _SKIPPED_DIRS and not d.startswith('bazel-')
+      d
+      for d in subdirs
+      if d not in _SKIPPED_DIRS and not d.startswith('bazel-')
     ]
     for name in names:
       files.add(os.path.relpath(os.path.join(directory, name), ROOT))
@@ -127,9 +154,7 @@ def _is_text_file(path: str) -> bool:
 
 
 def checked_files() -> list[str]:
-  return [
-      f for f in repository_files() if _is_text_file(f) and f != _THIS_FILE
-  ]
+  return [f for f in repository_files() if _is_text_file(f) and f != _THIS_FILE]
 
 
 def markdown_files() -> list[str]:
@@ -178,16 +203,17 @@ def _python_text(text: str) -> Iterator[tuple[int, str]]:
 def _checked_lines(path: str) -> Iterator[tuple[int, str]]:
   text = _read(path)
   name = os.path.basename(path)
-  if path.endswith('.py') or name in ('BUILD', 'WORKSPACE') or (
-      path.endswith('.bzl')):
+  if (
+    path.endswith('.py')
+    or name in ('BUILD', 'WORKSPACE')
+    or (path.endswith('.bzl'))
+  ):
     yield from _python_text(text)
   else:
     yield from enumerate(text.splitlines(), start=1)
 
 
-def _find(
-    paths: Iterable[str], patterns, lines_of=_checked_lines
-) -> list[str]:
+def _find(paths: Iterable[str], patterns, lines_of=_checked_lines) -> list[str]:
   offenders = []
   for path in paths:
     for number, line in lines_of(path):
@@ -195,7 +221,7 @@ def _find(
         match = pattern.search(line)
         if match:
           offenders.append(
-              f'{path}:{number}: {match.group(0)!r} in {line.strip()[:160]!r}'
+            f'{path}:{number}: {match.group(0)!r} in {line.strip()[:160]!r}'
           )
           break
   return offenders
@@ -251,7 +277,7 @@ def broken_link(path: str, target: str) -> Optional[str]:
     resolved = os.path.normpath(target_path.lstrip('/'))
   else:
     resolved = os.path.normpath(
-        os.path.join(os.path.dirname(path), target_path)
+      os.path.join(os.path.dirname(path), target_path)
     )
   if resolved == '..' or resolved.startswith('../'):
     return 'points outside the repository'
@@ -265,22 +291,23 @@ def broken_link(path: str, target: str) -> Optional[str]:
 
 
 class DocsTest(absltest.TestCase):
-
   maxDiff = None
   longMessage = False  # The message alone: one offender per line.
 
   def test_finds_the_repository(self):
     self.assertTrue(
-        os.path.exists(os.path.join(ROOT, 'WORKSPACE')),
-        f'{ROOT} is not the repository root (no WORKSPACE).',
+      os.path.exists(os.path.join(ROOT, 'WORKSPACE')),
+      f'{ROOT} is not the repository root (no WORKSPACE).',
     )
     self.assertIn('README.md', markdown_files())
-    self.assertIn(os.path.join('tff_aggregators', '__init__.py'),
-                  checked_files())
+    self.assertIn(
+      os.path.join('tff_aggregators', '__init__.py'), checked_files()
+    )
 
   def test_github_slug(self):
-    self.assertEqual(github_slug('Set-up: `make demo` & tests'),
-                     'set-up-make-demo--tests')
+    self.assertEqual(
+      github_slug('Set-up: `make demo` & tests'), 'set-up-make-demo--tests'
+    )
     self.assertEqual(github_slug('FedLAW (ICML 2023)'), 'fedlaw-icml-2023')
     self.assertEqual(github_slug('Eq. 8, γ_l'), 'eq-8-γ_l')
 
@@ -292,38 +319,39 @@ class DocsTest(absltest.TestCase):
         if reason:
           offenders.append(f'{path}:{number}: ({target}) {reason}')
     self.assertFalse(
-        offenders,
-        'Broken relative links:\n' + '\n'.join(offenders),
+      offenders,
+      'Broken relative links:\n' + '\n'.join(offenders),
     )
 
   def test_no_file_refers_to_a_path_outside_the_repository(self):
     offenders = _find(checked_files(), _OUTSIDE_PATTERNS)
     self.assertFalse(
-        offenders,
-        'Files referring to paths outside the repository (a clone does not '
-        'have them; say it here or in docs/):\n' + '\n'.join(offenders),
+      offenders,
+      'Files referring to paths outside the repository (a clone does not '
+      'have them; say it here or in docs/):\n' + '\n'.join(offenders),
     )
 
   def test_no_file_cites_the_implementation_notes(self):
     offenders = _find(checked_files(), _CITATION_PATTERNS)
     self.assertFalse(
-        offenders,
-        'Files citing the authors\' implementation notes (a clone does not '
-        'have them; cite the paper\'s equations or docs/methods/ instead):\n'
-        + '\n'.join(offenders),
+      offenders,
+      "Files citing the authors' implementation notes (a clone does not "
+      "have them; cite the paper's equations or docs/methods/ instead):\n"
+      + '\n'.join(offenders),
     )
 
   def test_no_markdown_file_names_an_issue_number(self):
     offenders = _find(
-        markdown_files(), _ISSUE_PATTERNS,
-        lines_of=lambda p: (
-            (n, _EXTERNAL_LINK.sub('', _INLINE_CODE.sub('', line)))
-            for n, line in _markdown_prose(_read(p))
-        ),
+      markdown_files(),
+      _ISSUE_PATTERNS,
+      lines_of=lambda p: (
+        (n, _EXTERNAL_LINK.sub('', _INLINE_CODE.sub('', line)))
+        for n, line in _markdown_prose(_read(p))
+      ),
     )
     self.assertFalse(
-        offenders,
-        'Markdown naming issue-tracker numbers:\n' + '\n'.join(offenders),
+      offenders,
+      'Markdown naming issue-tracker numbers:\n' + '\n'.join(offenders),
     )
 
   def test_the_checks_catch_what_they_should(self):
@@ -334,30 +362,56 @@ class DocsTest(absltest.TestCase):
     # notes' folder, <m> ".md"), so that this file does not itself hold
     # what the repository-wide checks refuse.
     def example(text):
-      return (text.replace('<s>[1:]', 'pec').replace('<s>', 'spec')
-              .replace('<d>', 'shared').replace('<m>', '.md'))
+      return (
+        text.replace('<s>[1:]', 'pec')
+        .replace('<s>', 'spec')
+        .replace('<d>', 'shared')
+        .replace('<m>', '.md')
+      )
 
-    for line in ('see ../<d>/notes/x', 'in /work/<d>/<s>s',
-                 '<d>/<s>s/fedlaw<m>'):
+    for line in (
+      'see ../<d>/notes/x',
+      'in /work/<d>/<s>s',
+      '<d>/<s>s/fedlaw<m>',
+    ):
       self.assertTrue(offends(_OUTSIDE_PATTERNS, example(line)), line)
-    for line in ('<s> 2.3', 'S<s>[1:] 8.5: universal', '<s> section 5',
-                 '<s> `fedlaw<m>` section 6.2', 'fedcda<m> section 6',
-                 'fedlws<m> §6.6', 'tff-0.87<m>', "the <s>'s defaults",
-                 'normalised to sum 1 (<s>) or', 'as the <s> expects'):
+    for line in (
+      '<s> 2.3',
+      'S<s>[1:] 8.5: universal',
+      '<s> section 5',
+      '<s> `fedlaw<m>` section 6.2',
+      'fedcda<m> section 6',
+      'fedlws<m> §6.6',
+      'tff-0.87<m>',
+      "the <s>'s defaults",
+      'normalised to sum 1 (<s>) or',
+      'as the <s> expects',
+    ):
       self.assertTrue(offends(_CITATION_PATTERNS, example(line)), line)
-    for line in ('tf.TensorSpec', 'element_spec', 'spec = load(path)',
-                 'see docs/methods/fedcda.md', '[FedCDA](methods/fedcda.md)'):
+    for line in (
+      'tf.TensorSpec',
+      'element_spec',
+      'spec = load(path)',
+      'see docs/methods/fedcda.md',
+      '[FedCDA](methods/fedcda.md)',
+    ):
       self.assertFalse(offends(_CITATION_PATTERNS, line), line)
     # In Python only comments and strings are read, not identifiers.
     self.assertEqual(
-        list(_python_text('spec = module_from_spec(spec)  # (spec)\n')),
-        [(1, '# (spec)')],
+      list(_python_text('spec = module_from_spec(spec)  # (spec)\n')),
+      [(1, '# (spec)')],
     )
     self.assertTrue(offends(_ISSUE_PATTERNS, 'done in issue 9'))
     self.assertTrue(offends(_ISSUE_PATTERNS, 'FedCDA (#6)'))
     self.assertFalse(offends(_ISSUE_PATTERNS, 'see [x](a.md#section-6)'))
-    self.assertFalse(offends(_ISSUE_PATTERNS, _EXTERNAL_LINK.sub(
-        '', 'TFF [#3709](https://github.com/o/r/issues/3709) reports')))
+    self.assertFalse(
+      offends(
+        _ISSUE_PATTERNS,
+        _EXTERNAL_LINK.sub(
+          '', 'TFF [#3709](https://github.com/o/r/issues/3709) reports'
+        ),
+      )
+    )
     self.assertIsNone(broken_link('README.md', 'https://example.org/x'))
     self.assertIsNotNone(broken_link('README.md', '../outside.md'))
     self.assertIsNotNone(broken_link('README.md', 'no_such_file.md'))

@@ -1,6 +1,5 @@
 """DroppedClientsFactory: the inner mean as is, dropped clients counted."""
 
-
 from absl.testing import absltest
 import numpy as np
 import tensorflow_federated as tff
@@ -14,19 +13,21 @@ def setUpModule():
 
 
 class DroppedClientsFactoryTest(absltest.TestCase):
-
   def _run(self, factory, values, weights):
-    process = factory.create(tff.TensorType(np.float32, [2]),
-                             tff.TensorType(np.float32))
+    process = factory.create(
+      tff.TensorType(np.float32, [2]), tff.TensorType(np.float32)
+    )
     return process.next(process.initialize(), values, weights)
 
   def test_counts_zero_weight_and_non_finite_clients(self):
-    values = [np.array([1.0, 2.0], np.float32), np.zeros(2, np.float32),
-              np.array([3.0, 5.0], np.float32),
-              np.array([np.inf, 0.0], np.float32)]
+    values = [
+      np.array([1.0, 2.0], np.float32),
+      np.zeros(2, np.float32),
+      np.array([3.0, 5.0], np.float32),
+      np.array([np.inf, 0.0], np.float32),
+    ]
     weights = [1.0, 0.0, 3.0, 0.0]
-    output = self._run(dropped_clients.DroppedClientsFactory(), values,
-                       weights)
+    output = self._run(dropped_clients.DroppedClientsFactory(), values, weights)
     self.assertEqual(output.measurements['num_clients'], 4)
     self.assertEqual(output.measurements['num_dropped_clients'], 2)
 
@@ -36,8 +37,9 @@ class DroppedClientsFactoryTest(absltest.TestCase):
     weights = [2.0, 1.0, 4.0]
     inner = tff.aggregators.MeanFactory()
     plain = self._run(inner, values, weights)
-    wrapped = self._run(dropped_clients.DroppedClientsFactory(inner), values,
-                        weights)
+    wrapped = self._run(
+      dropped_clients.DroppedClientsFactory(inner), values, weights
+    )
     np.testing.assert_array_equal(wrapped.result, plain.result)
     self.assertEqual(wrapped.measurements['inner'], plain.measurements)
     self.assertEqual(wrapped.measurements['num_dropped_clients'], 0)

@@ -13,8 +13,10 @@ from tests import test_utils
 
 _OPTIMIZER = tff.learning.optimizers.build_sgdm(learning_rate=0.5)
 _POPULATION = 6
-_STORES = (('in_state', lambda: None),
-           ('in_memory', tff_aggregators.InMemoryHistoryStore))
+_STORES = (
+  ('in_state', lambda: None),
+  ('in_memory', tff_aggregators.InMemoryHistoryStore),
+)
 
 
 def setUpModule():
@@ -23,27 +25,37 @@ def setUpModule():
 
 def _process(store_fn, **kwargs):
   return tff_aggregators.build_fedcda_process(
-      test_utils.tiny_model_fn, _OPTIMIZER, num_clients=_POPULATION,
-      max_clients=3, warmup_rounds=1, history_store=store_fn(), **kwargs)
+    test_utils.tiny_model_fn,
+    _OPTIMIZER,
+    num_clients=_POPULATION,
+    max_clients=3,
+    warmup_rounds=1,
+    history_store=store_fn(),
+    **kwargs,
+  )
 
 
 def _seen(state):
-  return int(np.asarray(state['num_seen'] if 'num_seen' in state
-                        else state.finalizer['num_seen']))
+  return int(
+    np.asarray(
+      state['num_seen'] if 'num_seen' in state else state.finalizer['num_seen']
+    )
+  )
 
 
 class FedCdaClientIdsTest(parameterized.TestCase):
-
   def setUp(self):
     super().setUp()
     self.datasets = test_utils.tiny_client_datasets(_POPULATION)
 
   def test_cohort_mistakes_are_refused_by_with_client_ids(self):
     two = self.datasets[:2]
-    for ids, message in (([0, 0], 'appears more than once'),
-                         ([0, 6], r'outside the population \[0, 6\)'),
-                         ([0, -1], 'outside the population'),
-                         (['a', 'b'], 'is a string.*IdentifiedDataSource')):
+    for ids, message in (
+      ([0, 0], 'appears more than once'),
+      ([0, 6], r'outside the population \[0, 6\)'),
+      ([0, -1], 'outside the population'),
+      (['a', 'b'], 'is a string.*IdentifiedDataSource'),
+    ):
       with self.subTest(ids=ids):
         with self.assertRaisesRegex(ValueError, message):
           tff_aggregators.with_client_ids(two, ids, num_clients=_POPULATION)
@@ -51,8 +63,9 @@ class FedCdaClientIdsTest(parameterized.TestCase):
   @parameterized.named_parameters(*_STORES)
   def test_round_refuses_datasets_without_ids(self, store_fn):
     process = _process(store_fn)
-    with self.assertRaisesRegex(ValueError, 'needs each client.s id.*'
-                                'with_client_ids'):
+    with self.assertRaisesRegex(
+      ValueError, 'needs each client.s id.*with_client_ids'
+    ):
       process.next(process.initialize(), self.datasets[:2])
 
   @parameterized.named_parameters(*_STORES)
@@ -74,11 +87,12 @@ class FedCdaClientIdsTest(parameterized.TestCase):
       process.next(state, data)
 
   @parameterized.named_parameters(*_STORES)
-  def test_hand_made_id_outside_the_population_fails_the_round(
-      self, store_fn):
+  def test_hand_made_id_outside_the_population_fails_the_round(self, store_fn):
     process = _process(store_fn)
-    data = [identified.attach_client_id(self.datasets[0], 0),
-            identified.attach_client_id(self.datasets[1], _POPULATION)]
+    data = [
+      identified.attach_client_id(self.datasets[0], 0),
+      identified.attach_client_id(self.datasets[1], _POPULATION),
+    ]
     with self.assertRaisesRegex(Exception, 'not below num_clients=6'):
       process.next(process.initialize(), data)
 
@@ -87,8 +101,10 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     process = _process(store_fn)
     state = process.initialize()
     for ids in ([0, 1, 2], [1, 2, 3]):
-      state = process.next(state, tff_aggregators.with_client_ids(
-          [self.datasets[i] for i in ids], ids)).state
+      state = process.next(
+        state,
+        tff_aggregators.with_client_ids([self.datasets[i] for i in ids], ids),
+      ).state
     self.assertEqual(_seen(state), 4)
 
   @parameterized.named_parameters(*_STORES)
@@ -98,17 +114,22 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     y = np.zeros([3], np.int64)
     diverging = tf.data.Dataset.from_tensor_slices((x, y)).batch(3)
     empty = self.datasets[2].take(0)
-    output = process.next(process.initialize(), tff_aggregators.with_client_ids(
-        [self.datasets[0], diverging, empty], [0, 1, 2]))
-    self.assertEqual(
-        int(output.metrics['finalizer']['num_dropped_clients']), 2)
+    output = process.next(
+      process.initialize(),
+      tff_aggregators.with_client_ids(
+        [self.datasets[0], diverging, empty], [0, 1, 2]
+      ),
+    )
+    self.assertEqual(int(output.metrics['finalizer']['num_dropped_clients']), 2)
     self.assertEqual(int(output.metrics['finalizer']['num_participants']), 1)
 
   def test_population_below_the_cohort_is_refused(self):
-    with self.assertRaisesRegex(ValueError, 'num_clients .* at least '
-                                'max_clients'):
+    with self.assertRaisesRegex(
+      ValueError, 'num_clients .* at least max_clients'
+    ):
       tff_aggregators.build_fedcda_process(
-          test_utils.tiny_model_fn, _OPTIMIZER, num_clients=2, max_clients=3)
+        test_utils.tiny_model_fn, _OPTIMIZER, num_clients=2, max_clients=3
+      )
 
   @parameterized.named_parameters(('two_epochs', 2), ('no_epochs', None))
   def test_clients_train_as_tff_fedavg_on_reshuffled_data(self, epochs):
@@ -119,18 +140,27 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     rng = np.random.default_rng(5)
     x = rng.normal(size=(24, 3)).astype(np.float32)
     y = rng.integers(0, 2, size=24).astype(np.int64)
-    data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(
-        24, seed=9, reshuffle_each_iteration=True).repeat(2).batch(5)
+    data = (
+      tf.data.Dataset.from_tensor_slices((x, y))
+      .shuffle(24, seed=9, reshuffle_each_iteration=True)
+      .repeat(2)
+      .batch(5)
+    )
     weights = tf.nest.map_structure(
-        lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(
-            test_utils.tiny_model_fn()))
+      lambda v: v.numpy(),
+      tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()),
+    )
     ours = identified.build_identified_client_work(
-        test_utils.tiny_model_fn, _OPTIMIZER, local_epochs=epochs)
+      test_utils.tiny_model_fn, _OPTIMIZER, local_epochs=epochs
+    )
     tffs = tff.learning.templates.build_model_delta_client_work(
-        test_utils.tiny_model_fn, _OPTIMIZER,
-        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
-    got = ours.next(ours.initialize(), [weights],
-                    tff_aggregators.with_client_ids([data], [3])).result[0]
+      test_utils.tiny_model_fn,
+      _OPTIMIZER,
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+    )
+    got = ours.next(
+      ours.initialize(), [weights], tff_aggregators.with_client_ids([data], [3])
+    ).result[0]
     want = tffs.next(tffs.initialize(), [weights], [data]).result[0]
     for a, b in zip(got.update['delta'], want.update):
       np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
@@ -139,13 +169,18 @@ class FedCdaClientIdsTest(parameterized.TestCase):
 
   def test_empty_client_reports_no_id_and_no_weight(self):
     work = identified.build_identified_client_work(
-        test_utils.tiny_model_fn, _OPTIMIZER)
+      test_utils.tiny_model_fn, _OPTIMIZER
+    )
     weights = tf.nest.map_structure(
-        lambda v: v.numpy(), tff.learning.models.ModelWeights.from_model(
-            test_utils.tiny_model_fn()))
+      lambda v: v.numpy(),
+      tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()),
+    )
     empty = self.datasets[0].take(0)
-    output = work.next(work.initialize(), [weights],
-                       tff_aggregators.with_client_ids([empty], [4]))
+    output = work.next(
+      work.initialize(),
+      [weights],
+      tff_aggregators.with_client_ids([empty], [4]),
+    )
     self.assertEqual(output.result[0].update['client_id'], identified.NO_ID)
     self.assertEqual(output.result[0].update_weight, 0.0)
 

@@ -51,10 +51,10 @@ _RUN = textwrap.dedent("""
 
 
 class FedCdaDeterminismTest(absltest.TestCase):
-
   def test_near_ties_go_to_the_newest_combination(self):
-    rule = lambda scores: int(fedcda.first_within_tolerance(
-        tf.constant(scores, tf.float64)))
+    rule = lambda scores: int(
+      fedcda.first_within_tolerance(tf.constant(scores, tf.float64))
+    )
     self.assertEqual(rule([1.0, 1.0 - 1e-14, 2.0]), 0)  # Noise: a tie.
     self.assertEqual(rule([-3.0, -3.0 - 1e-13]), 0)
     self.assertEqual(rule([1.0, 0.999, 0.999 + 1e-15]), 1)  # A real gap.
@@ -63,10 +63,14 @@ class FedCdaDeterminismTest(absltest.TestCase):
 
   def _run_on(self, cores: str) -> dict:
     result = subprocess.run(
-        ['taskset', '-c', cores, sys.executable, '-c', _RUN],
-        env=test_utils.marked_environment(test_utils.new_marker()),
-        cwd=test_utils.REPO_ROOT, capture_output=True, text=True,
-        timeout=300, check=True)
+      ['taskset', '-c', cores, sys.executable, '-c', _RUN],
+      env=test_utils.marked_environment(test_utils.new_marker()),
+      cwd=test_utils.REPO_ROOT,
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=True,
+    )
     return json.loads(result.stdout.strip().splitlines()[-1])
 
   def test_one_core_and_two_select_the_same(self):

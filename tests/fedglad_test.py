@@ -13,7 +13,8 @@ from tff_aggregators.aggregators import fedglad
 
 _SHAPES = ([3, 2], [2], [4])
 _VALUE_TYPE = tff.types.to_type(
-    [tff.TensorType(np.float32, s) for s in _SHAPES])
+  [tff.TensorType(np.float32, s) for s in _SHAPES]
+)
 _WEIGHT = tff.TensorType(np.float32)
 
 
@@ -27,9 +28,13 @@ def random_rounds(num_rounds, num_clients, seed=0):
   for _ in range(num_rounds):
     shared = [rng.normal(size=s) for s in _SHAPES]
     updates = [
-        [(g + rng.normal(scale=rng.uniform(0.3, 2.0), size=g.shape)).astype(
-            np.float32) for g in shared]
-        for _ in range(num_clients)
+      [
+        (g + rng.normal(scale=rng.uniform(0.3, 2.0), size=g.shape)).astype(
+          np.float32
+        )
+        for g in shared
+      ]
+      for _ in range(num_clients)
     ]
     weights = rng.uniform(1, 10, size=num_clients).astype(np.float32)
     rounds.append((updates, list(weights)))
@@ -52,18 +57,17 @@ def two_client_round(gsi):
 
 
 class FedGladFactoryTest(parameterized.TestCase):
-
   @parameterized.product(
-      grouping=fedglad.GROUPINGS, gamma=[0.02, 0.3, math.inf]
+    grouping=fedglad.GROUPINGS, gamma=[0.02, 0.3, math.inf]
   )
   def test_matches_numpy_reference_over_rounds(self, grouping, gamma):
     rounds = random_rounds(num_rounds=6, num_clients=5)
     process = fedglad.FedGladFactory(
-        gamma=gamma, beta=0.9, grouping=grouping
+      gamma=gamma, beta=0.9, grouping=grouping
     ).create(_VALUE_TYPE, _WEIGHT)
     _, outputs = run(process, rounds)
     expected = numpy_references.fedglad(
-        rounds, gamma=gamma, beta=0.9, grouping=grouping
+      rounds, gamma=gamma, beta=0.9, grouping=grouping
     )
     multipliers = set()
     for output, want in zip(outputs, expected):
@@ -78,19 +82,19 @@ class FedGladFactoryTest(parameterized.TestCase):
   def test_hand_trace_of_the_spec(self):
     # Eqs. 12-15 by hand: universal GSIs 2.0, 3.0, 1.5, gamma 0.02, beta 0.9.
     process = fedglad.FedGladFactory(grouping='universal').create(
-        [tff.TensorType(np.float32, [2])], _WEIGHT
+      [tff.TensorType(np.float32, [2])], _WEIGHT
     )
     rounds = [(two_client_round(g), [1.0, 1.0]) for g in (2.0, 3.0, 1.5)]
     state, outputs = run(process, rounds)
     got = [o.measurements['fedglad'] for o in outputs]
     np.testing.assert_allclose(
-        [g['gsi'][0] for g in got], [2.0, 3.0, 1.5], rtol=1e-6
+      [g['gsi'][0] for g in got], [2.0, 3.0, 1.5], rtol=1e-6
     )
     np.testing.assert_allclose(
-        [g['multiplier'][0] for g in got], [1.0, 1.02, 0.96], rtol=1e-6
+      [g['multiplier'][0] for g in got], [1.0, 1.02, 0.96], rtol=1e-6
     )
     np.testing.assert_allclose(
-        [g['lower_bound'] for g in got], [1.0, 0.98, 0.96], rtol=1e-6
+      [g['lower_bound'] for g in got], [1.0, 0.98, 0.96], rtol=1e-6
     )
     np.testing.assert_allclose(state['glad']['baseline'], [2.04], rtol=1e-6)
     np.testing.assert_allclose(outputs[1].result[0], [1.02, 0.0], atol=1e-6)
@@ -99,7 +103,7 @@ class FedGladFactoryTest(parameterized.TestCase):
     rounds = random_rounds(num_rounds=3, num_clients=4, seed=1)
     glad = fedglad.FedGladFactory(gamma=0.0).create(_VALUE_TYPE, _WEIGHT)
     mean = tff.aggregators.MeanFactory(no_nan_division=True).create(
-        _VALUE_TYPE, _WEIGHT
+      _VALUE_TYPE, _WEIGHT
     )
     _, glad_outputs = run(glad, rounds)
     _, mean_outputs = run(mean, rounds)
@@ -111,7 +115,7 @@ class FedGladFactoryTest(parameterized.TestCase):
     process = fedglad.FedGladFactory(gamma=5.0).create(_VALUE_TYPE, _WEIGHT)
     _, outputs = run(process, random_rounds(num_rounds=1, num_clients=3))
     np.testing.assert_array_equal(
-        outputs[0].measurements['fedglad']['multiplier'], [1.0, 1.0, 1.0]
+      outputs[0].measurements['fedglad']['multiplier'], [1.0, 1.0, 1.0]
     )
 
   def test_identical_updates_give_gsi_one_and_fedavg(self):
@@ -121,10 +125,10 @@ class FedGladFactoryTest(parameterized.TestCase):
     _, outputs = run(process, rounds)
     for output in outputs:
       np.testing.assert_allclose(
-          output.measurements['fedglad']['gsi'], 1.0, rtol=1e-6
+        output.measurements['fedglad']['gsi'], 1.0, rtol=1e-6
       )
       np.testing.assert_allclose(
-          output.measurements['fedglad']['multiplier'], 1.0, rtol=1e-6
+        output.measurements['fedglad']['multiplier'], 1.0, rtol=1e-6
       )
 
   def test_single_client_is_fedavg(self):
@@ -139,15 +143,15 @@ class FedGladFactoryTest(parameterized.TestCase):
     r = 4
     updates = [[np.eye(r, dtype=np.float32)[k]] for k in range(r)]
     process = fedglad.FedGladFactory().create(
-        [tff.TensorType(np.float32, [r])], _WEIGHT
+      [tff.TensorType(np.float32, [r])], _WEIGHT
     )
     _, outputs = run(process, [(updates, [1.0] * r)])
     np.testing.assert_allclose(
-        outputs[0].measurements['fedglad']['gsi'], [2.0], rtol=1e-6
+      outputs[0].measurements['fedglad']['gsi'], [2.0], rtol=1e-6
     )
 
   def test_norm_form_equals_the_official_distance_form(self):
-    (updates, _), = random_rounds(num_rounds=1, num_clients=6, seed=3)
+    ((updates, _),) = random_rounds(num_rounds=1, num_clients=6, seed=3)
     process = fedglad.FedGladFactory().create(_VALUE_TYPE, _WEIGHT)
     _, outputs = run(process, [(updates, [1.0] * 6)])
     for l in range(len(_SHAPES)):
@@ -156,7 +160,7 @@ class FedGladFactoryTest(parameterized.TestCase):
       spread = np.sum(np.square(leaves - mean))
       code_gsi = np.sqrt(1 / (1 - spread / (np.sum(np.square(leaves)) + 1e-12)))
       np.testing.assert_allclose(
-          outputs[0].measurements['fedglad']['gsi'][l], code_gsi, rtol=1e-5
+        outputs[0].measurements['fedglad']['gsi'][l], code_gsi, rtol=1e-5
       )
 
   def test_degenerate_groups_get_multiplier_one_and_keep_the_baseline(self):
@@ -167,9 +171,12 @@ class FedGladFactoryTest(parameterized.TestCase):
     for _ in range(3):
       cancel = rng.normal(size=4).astype(np.float32)
       updates = [
-          [rng.normal(size=(3, 2)).astype(np.float32), np.zeros(2, np.float32),
-           sign * cancel]
-          for sign in (1.0, -1.0)
+        [
+          rng.normal(size=(3, 2)).astype(np.float32),
+          np.zeros(2, np.float32),
+          sign * cancel,
+        ]
+        for sign in (1.0, -1.0)
       ]
       output = process.next(state, updates, [1.0, 1.0])
       state = output.state
@@ -178,7 +185,7 @@ class FedGladFactoryTest(parameterized.TestCase):
       np.testing.assert_array_equal(got['multiplier'][1:], [1.0, 1.0])
       np.testing.assert_array_equal(got['gsi'][1:], [1.0, 1.0])
     np.testing.assert_array_equal(
-        state['glad']['initialized'], [True, False, False]
+      state['glad']['initialized'], [True, False, False]
     )
     np.testing.assert_array_equal(state['glad']['baseline'][1:], [0.0, 0.0])
 
@@ -195,12 +202,12 @@ class FedGladFactoryTest(parameterized.TestCase):
 
   def test_zero_total_weight_gives_zero_update_and_no_nan(self):
     process = fedglad.FedGladFactory().create(_VALUE_TYPE, _WEIGHT)
-    (updates, _), = random_rounds(num_rounds=1, num_clients=2)
+    ((updates, _),) = random_rounds(num_rounds=1, num_clients=2)
     output = process.next(process.initialize(), updates, [0.0, 0.0])
     for leaf in output.result:
       np.testing.assert_array_equal(leaf, np.zeros_like(leaf))
     self.assertEqual(
-        output.measurements['fedglad']['degenerate_groups'], len(_SHAPES)
+      output.measurements['fedglad']['degenerate_groups'], len(_SHAPES)
     )
     self.assertFalse(np.any(output.state['glad']['initialized']))
 
@@ -213,42 +220,44 @@ class FedGladFactoryTest(parameterized.TestCase):
   def test_update_and_multipliers_output(self):
     rounds = random_rounds(num_rounds=3, num_clients=4, seed=6)
     process = fedglad.FedGladFactory(
-        gamma=0.5, grouping='universal', emit='update_and_multipliers'
+      gamma=0.5, grouping='universal', emit='update_and_multipliers'
     ).create(_VALUE_TYPE, _WEIGHT)
     _, outputs = run(process, rounds)
     expected = numpy_references.fedglad(
-        rounds, gamma=0.5, beta=0.9, grouping='universal'
+      rounds, gamma=0.5, beta=0.9, grouping='universal'
     )
     for output, want in zip(outputs, expected):
       multipliers = output.result['multipliers']
       self.assertLen(multipliers, len(_SHAPES))
       np.testing.assert_allclose(
-          multipliers, np.repeat(want['multiplier'], len(_SHAPES)), rtol=2e-5
+        multipliers, np.repeat(want['multiplier'], len(_SHAPES)), rtol=2e-5
       )
       for l, leaf in enumerate(output.result['update']):
         np.testing.assert_allclose(
-            leaf * multipliers[l], want['result'][l], rtol=2e-5, atol=1e-6
+          leaf * multipliers[l], want['result'][l], rtol=2e-5, atol=1e-6
         )
 
 
 class CompositionTest(absltest.TestCase):
-
   def test_inside_clipping_the_norms_are_of_clipped_updates(self):
     rounds = random_rounds(num_rounds=3, num_clients=4, seed=7)
     clip = 1.0
     process = tff.aggregators.clipping_factory(
-        clip, fedglad.FedGladFactory(gamma=0.5)
+      clip, fedglad.FedGladFactory(gamma=0.5)
     ).create(_VALUE_TYPE, _WEIGHT)
     _, outputs = run(process, rounds)
 
     def clipped(update):
       norm = np.sqrt(
-          sum(np.sum(np.square(x.astype(np.float64))) for x in update))
+        sum(np.sum(np.square(x.astype(np.float64))) for x in update)
+      )
       return [x * min(1.0, clip / norm) for x in update]
 
     expected = numpy_references.fedglad(
-        [([clipped(u) for u in updates], w) for updates, w in rounds],
-        gamma=0.5, beta=0.9, grouping='per_variable',
+      [([clipped(u) for u in updates], w) for updates, w in rounds],
+      gamma=0.5,
+      beta=0.9,
+      grouping='per_variable',
     )
     for output, want in zip(outputs, expected):
       for got_leaf, want_leaf in zip(output.result, want['result']):
@@ -258,36 +267,39 @@ class CompositionTest(absltest.TestCase):
     rounds = random_rounds(num_rounds=2, num_clients=3, seed=8)
     rounds[1][0][2] = [x * 1e6 for x in rounds[1][0][2]]
     process = tff.aggregators.zeroing_factory(
-        100.0, fedglad.FedGladFactory(gamma=0.5)
+      100.0, fedglad.FedGladFactory(gamma=0.5)
     ).create(_VALUE_TYPE, _WEIGHT)
     _, outputs = run(process, rounds)
     zeroed = [list(u) for u in rounds[1][0]]
     zeroed[2] = [np.zeros_like(x) for x in zeroed[2]]
     want = numpy_references.fedglad(
-        [rounds[0], (zeroed, rounds[1][1])],
-        gamma=0.5, beta=0.9, grouping='per_variable',
+      [rounds[0], (zeroed, rounds[1][1])],
+      gamma=0.5,
+      beta=0.9,
+      grouping='per_variable',
     )[1]
     np.testing.assert_allclose(
-        outputs[1].measurements['zeroing']['fedglad']['multiplier'],
-        want['multiplier'],
-        rtol=2e-5,
+      outputs[1].measurements['zeroing']['fedglad']['multiplier'],
+      want['multiplier'],
+      rtol=2e-5,
     )
 
   def test_inner_sum_factory_sees_only_sums(self):
     rounds = random_rounds(num_rounds=3, num_clients=4, seed=9)
     process = fedglad.FedGladFactory(
-        gamma=0.5,
-        inner_agg_factory=tff.aggregators.MeanFactory(
-            value_sum_factory=tff.aggregators.SumFactory()
-        ),
+      gamma=0.5,
+      inner_agg_factory=tff.aggregators.MeanFactory(
+        value_sum_factory=tff.aggregators.SumFactory()
+      ),
     ).create(_VALUE_TYPE, _WEIGHT)
     _, outputs = run(process, rounds)
     expected = numpy_references.fedglad(
-        rounds, gamma=0.5, beta=0.9, grouping='per_variable'
+      rounds, gamma=0.5, beta=0.9, grouping='per_variable'
     )
     np.testing.assert_allclose(
-        outputs[2].measurements['fedglad']['multiplier'],
-        expected[2]['multiplier'], rtol=2e-5,
+      outputs[2].measurements['fedglad']['multiplier'],
+      expected[2]['multiplier'],
+      rtol=2e-5,
     )
 
   def test_secure_sum_inner_factory_composes(self):
@@ -296,25 +308,24 @@ class CompositionTest(absltest.TestCase):
     # so this checks the composition: the squared norms go through the secure
     # sum with the updates, and the server sees only their sums.
     process = fedglad.FedGladFactory(
-        inner_agg_factory=tff.aggregators.MeanFactory(
-            value_sum_factory=tff.aggregators.SecureSumFactory(
-                upper_bound_threshold=100.0, lower_bound_threshold=-100.0
-            )
-        ),
+      inner_agg_factory=tff.aggregators.MeanFactory(
+        value_sum_factory=tff.aggregators.SecureSumFactory(
+          upper_bound_threshold=100.0, lower_bound_threshold=-100.0
+        )
+      ),
     ).create(_VALUE_TYPE, _WEIGHT)
     self.assertIn(
-        'federated_secure_sum_bitwidth', str(process.next.to_building_block())
+      'federated_secure_sum_bitwidth', str(process.next.to_building_block())
     )
     self.assertIn('secure_upper_threshold', str(process.next.type_signature))
 
 
 class ValidationTest(parameterized.TestCase):
-
   @parameterized.named_parameters(
-      ('negative_gamma', dict(gamma=-0.1), 'gamma'),
-      ('beta_one', dict(beta=1.0), 'beta'),
-      ('grouping', dict(grouping='per_layer'), 'grouping'),
-      ('emit', dict(emit='scaled'), 'emit'),
+    ('negative_gamma', dict(gamma=-0.1), 'gamma'),
+    ('beta_one', dict(beta=1.0), 'beta'),
+    ('grouping', dict(grouping='per_layer'), 'grouping'),
+    ('emit', dict(emit='scaled'), 'emit'),
   )
   def test_bad_arguments(self, kwargs, message):
     with self.assertRaisesRegex(ValueError, message):
@@ -326,14 +337,12 @@ class ValidationTest(parameterized.TestCase):
 
   def test_integer_leaf(self):
     with self.assertRaisesRegex(TypeError, 'FedGladFactory.*floating-point'):
-      fedglad.FedGladFactory().create(
-          [tff.TensorType(np.int32, [2])], _WEIGHT
-      )
+      fedglad.FedGladFactory().create([tff.TensorType(np.int32, [2])], _WEIGHT)
 
   def test_federated_value_type(self):
     with self.assertRaisesRegex(TypeError, 'unplaced'):
       fedglad.FedGladFactory().create(
-          tff.FederatedType(np.float32, tff.CLIENTS), _WEIGHT
+        tff.FederatedType(np.float32, tff.CLIENTS), _WEIGHT
       )
 
   def test_wrong_client_structure_is_rejected_by_the_process(self):

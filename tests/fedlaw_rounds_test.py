@@ -37,9 +37,9 @@ def _proxy():
 
 def _weighted_loss(y, logits):
   per_example = tf.keras.losses.sparse_categorical_crossentropy(
-      y, logits, from_logits=True)
-  return tf.reduce_mean(tf.gather(tf.constant(_CLASS_WEIGHTS), y)
-                        * per_example)
+    y, logits, from_logits=True
+  )
+  return tf.reduce_mean(tf.gather(tf.constant(_CLASS_WEIGHTS), y) * per_example)
 
 
 def _client_rows(weights, datasets):
@@ -49,54 +49,81 @@ def _client_rows(weights, datasets):
   for dataset in datasets:
     batches = list(dataset.as_numpy_iterator())
     delta = numpy_references.linear_softmax_client_delta(
-        weights.trainable, batches, lr=0.5)
+      weights.trainable, batches, lr=0.5
+    )
     rows.append(w - np.concatenate([np.ravel(d) for d in delta]))
     sizes.append(sum(len(y) for _, y in batches))
   return np.stack(rows), np.asarray(sizes, np.float64)
 
 
 class FedLawRoundsTest(absltest.TestCase):
-
   def test_rounds_at_default_server_epochs_match_numpy(self):
     x, y = _proxy()
     process = algorithms.build_fedlaw_process(
-        test_utils.tiny_model_fn, tff.learning.optimizers.build_sgdm(0.5),
-        proxy_data=tf.data.Dataset.from_tensor_slices((x, y)),
-        max_clients=4, proxy_batch_size=_BATCH, seed=_SEED,
-        proxy_loss_fn=_weighted_loss,
-        client_weighting=tff.learning.ClientWeighting.UNIFORM)
+      test_utils.tiny_model_fn,
+      tff.learning.optimizers.build_sgdm(0.5),
+      proxy_data=tf.data.Dataset.from_tensor_slices((x, y)),
+      max_clients=4,
+      proxy_batch_size=_BATCH,
+      seed=_SEED,
+      proxy_loss_fn=_weighted_loss,
+      client_weighting=tff.learning.ClientWeighting.UNIFORM,
+    )
     datasets = test_utils.tiny_client_datasets(4)
     rng = np.random.default_rng(0)
     state = process.set_model_weights(  # Fixed (tiny_model_fn's are random).
-        process.initialize(), tff.learning.models.ModelWeights(
-            trainable=[rng.uniform(-1, 1, size=(3, 2)).astype(np.float32),
-                       np.zeros(2, np.float32)], non_trainable=[]))
+      process.initialize(),
+      tff.learning.models.ModelWeights(
+        trainable=[
+          rng.uniform(-1, 1, size=(3, 2)).astype(np.float32),
+          np.zeros(2, np.float32),
+        ],
+        non_trainable=[],
+      ),
+    )
     for round_num in range(3):
       rows, _ = _client_rows(process.get_model_weights(state), datasets)
 
       def batch_order(epoch, round_num=round_num):
-        order = tf.argsort(tf.random.stateless_uniform(
-            [_NUM_PROXY], seed=[_SEED, round_num * 100003 + epoch])).numpy()
+        order = tf.argsort(
+          tf.random.stateless_uniform(
+            [_NUM_PROXY], seed=[_SEED, round_num * 100003 + epoch]
+          )
+        ).numpy()
         return np.array_split(order, range(_BATCH, _NUM_PROXY, _BATCH))
 
       gamma, lam, want = numpy_references.fedlaw_linear(
-          rows, np.full(4, 0.25), x.astype(np.float64), y, epochs=100,
-          lr=0.005, batch_order=batch_order, class_weights=_CLASS_WEIGHTS)
+        rows,
+        np.full(4, 0.25),
+        x.astype(np.float64),
+        y,
+        epochs=100,
+        lr=0.005,
+        batch_order=batch_order,
+        class_weights=_CLASS_WEIGHTS,
+      )
       output = process.next(state, datasets)
       state = output.state
       got = output.metrics['finalizer']
       self.assertAlmostEqual(got['gamma'], gamma, delta=1e-4)
       np.testing.assert_allclose(got['lambda'], lam, atol=1e-5)
       np.testing.assert_allclose(
-          test_utils.flat_trainable(process.get_model_weights(state)), want,
-          rtol=1e-4, atol=1e-5)
+        test_utils.flat_trainable(process.get_model_weights(state)),
+        want,
+        rtol=1e-4,
+        atol=1e-5,
+      )
       self.assertGreater(abs(gamma - 1.0), 1e-2)  # The search did move.
 
   def test_fixed_gamma_is_gamma_times_fedavg(self):
     process = algorithms.build_fedlaw_process(
-        test_utils.tiny_model_fn, tff.learning.optimizers.build_sgdm(0.5),
-        proxy_data=None, max_clients=3, variant='fixed_gamma',
-        fixed_gamma=0.8)
+      test_utils.tiny_model_fn,
+      tff.learning.optimizers.build_sgdm(0.5),
+      proxy_data=None,
+      max_clients=3,
+      variant='fixed_gamma',
+      fixed_gamma=0.8,
+    )
     datasets = test_utils.tiny_client_datasets(3)
     state = process.initialize()
     for _ in range(2):
@@ -104,11 +131,15 @@ class FedLawRoundsTest(absltest.TestCase):
       want = 0.8 * (sizes / sizes.sum()) @ rows
       output = process.next(state, datasets)
       state = output.state
-      self.assertAlmostEqual(output.metrics['finalizer']['gamma'], 0.8,
-                             places=6)
+      self.assertAlmostEqual(
+        output.metrics['finalizer']['gamma'], 0.8, places=6
+      )
       np.testing.assert_allclose(
-          test_utils.flat_trainable(process.get_model_weights(state)), want,
-          rtol=1e-5, atol=1e-6)
+        test_utils.flat_trainable(process.get_model_weights(state)),
+        want,
+        rtol=1e-5,
+        atol=1e-6,
+      )
 
 
 if __name__ == '__main__':

@@ -28,48 +28,61 @@ def _proxy(seed=0):
   return x, rng.integers(0, 2, size=_NUM_PROXY).astype(np.int64)
 
 
-def _one_round(variant, *, server_epochs=10, batch_size=32, seed=0,
-               num_clients=3):
+def _one_round(
+  variant, *, server_epochs=10, batch_size=32, seed=0, num_clients=3
+):
   """(process output, reference) for one round on the tiny model."""
   x, y = _proxy()
   process = algorithms.build_fedlaw_process(
-      test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, proxy_data=(x, y),
-      max_clients=5,
-      variant=variant, server_epochs=server_epochs, server_lr=0.05,
-      proxy_batch_size=batch_size, seed=seed,
+    test_utils.tiny_model_fn,
+    _CLIENT_OPTIMIZER,
+    proxy_data=(x, y),
+    max_clients=5,
+    variant=variant,
+    server_epochs=server_epochs,
+    server_lr=0.05,
+    proxy_batch_size=batch_size,
+    seed=seed,
   )
   state = process.initialize()
   weights = process.get_model_weights(state)
   datasets = test_utils.tiny_client_datasets(num_clients)
   deltas, sizes = test_utils.client_deltas(
-      test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, weights, datasets
+    test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, weights, datasets
   )
   w = np.concatenate([np.ravel(t) for t in weights.trainable]).astype(
-      np.float64)
-  rows = np.stack([w - np.concatenate([np.ravel(t) for t in d])
-                   for d in deltas])
+    np.float64
+  )
+  rows = np.stack(
+    [w - np.concatenate([np.ravel(t) for t in d]) for d in deltas]
+  )
 
   def batch_order(epoch):
-    order = tf.argsort(tf.random.stateless_uniform(
-        [_NUM_PROXY], seed=[seed, epoch])).numpy()
+    order = tf.argsort(
+      tf.random.stateless_uniform([_NUM_PROXY], seed=[seed, epoch])
+    ).numpy()
     return np.array_split(order, range(batch_size, _NUM_PROXY, batch_size))
 
   want = numpy_references.fedlaw_linear(
-      rows, sizes / sizes.sum(), x.astype(np.float64), y,
-      epochs=server_epochs, lr=0.05, batch_order=batch_order,
-      learn_gamma=variant in ('fedlaw', 'gamma', 'swa'),
-      learn_lambda=variant in ('fedlaw', 'lambda', 'swa'),
-      swa=variant == 'swa',
+    rows,
+    sizes / sizes.sum(),
+    x.astype(np.float64),
+    y,
+    epochs=server_epochs,
+    lr=0.05,
+    batch_order=batch_order,
+    learn_gamma=variant in ('fedlaw', 'gamma', 'swa'),
+    learn_lambda=variant in ('fedlaw', 'lambda', 'swa'),
+    swa=variant == 'swa',
   )
   output = process.next(state, datasets)
-  new = np.concatenate([
-      np.ravel(t) for t in process.get_model_weights(output.state).trainable
-  ])
+  new = np.concatenate(
+    [np.ravel(t) for t in process.get_model_weights(output.state).trainable]
+  )
   return output.metrics['finalizer'], new, want, rows, sizes
 
 
 class FedLawTest(parameterized.TestCase):
-
   @parameterized.parameters('fedlaw', 'gamma', 'lambda')
   def test_one_round_matches_numpy(self, variant):
     got, new, (gamma, lam, want), _, _ = _one_round(variant)
@@ -96,10 +109,12 @@ class FedLawTest(parameterized.TestCase):
   def test_zero_server_epochs_is_fedavg(self):
     got, new, _, rows, sizes = _one_round('fedlaw', server_epochs=0)
     self.assertEqual(got['gamma'], 1.0)
-    np.testing.assert_allclose(got['lambda'][:3], sizes / sizes.sum(),
-                               rtol=1e-6)
-    np.testing.assert_allclose(new, sizes / sizes.sum() @ rows, rtol=1e-5,
-                               atol=1e-6)  # float32 near zero.
+    np.testing.assert_allclose(
+      got['lambda'][:3], sizes / sizes.sum(), rtol=1e-6
+    )
+    np.testing.assert_allclose(
+      new, sizes / sizes.sum() @ rows, rtol=1e-5, atol=1e-6
+    )  # float32 near zero.
 
   def test_proxy_loss_does_not_increase(self):
     got, _, _, _, _ = _one_round('fedlaw', server_epochs=20)
@@ -112,31 +127,42 @@ class FedLawTest(parameterized.TestCase):
 
 
 class FedLawFinalizerEdgeCasesTest(absltest.TestCase):
-
   def setUp(self):
     super().setUp()
-    weights_type = tff.types.to_type(tff.learning.models.ModelWeights(
-        trainable=[tff.TensorType(np.float32, [3, 2]),
-                   tff.TensorType(np.float32, [2])],
+    weights_type = tff.types.to_type(
+      tff.learning.models.ModelWeights(
+        trainable=[
+          tff.TensorType(np.float32, [3, 2]),
+          tff.TensorType(np.float32, [2]),
+        ],
         non_trainable=[],
-    ))
+      )
+    )
     self.process = fedlaw.build_fedlaw_finalizer(
-        test_utils.tiny_model_fn, weights_type, _proxy(), max_clients=4,
-        server_epochs=3, server_lr=0.05,
+      test_utils.tiny_model_fn,
+      weights_type,
+      _proxy(),
+      max_clients=4,
+      server_epochs=3,
+      server_lr=0.05,
     )
     rng = np.random.default_rng(1)
     self.weights = tff.learning.models.ModelWeights(
-        trainable=[rng.normal(size=(3, 2)).astype(np.float32),
-                   rng.normal(size=2).astype(np.float32)],
-        non_trainable=[],
+      trainable=[
+        rng.normal(size=(3, 2)).astype(np.float32),
+        rng.normal(size=2).astype(np.float32),
+      ],
+      non_trainable=[],
     )
     self.deltas = rng.normal(scale=0.1, size=(3, 8)).astype(np.float32)
 
   def _next(self, deltas, weights):
     return self.process.next(
-        self.process.initialize(), self.weights,
-        collections.OrderedDict(values=deltas,
-                                weights=np.asarray(weights, np.float32)),
+      self.process.initialize(),
+      self.weights,
+      collections.OrderedDict(
+        values=deltas, weights=np.asarray(weights, np.float32)
+      ),
     )
 
   def test_zero_weight_and_non_finite_clients_are_left_out(self):
@@ -159,26 +185,31 @@ class FedLawFinalizerEdgeCasesTest(absltest.TestCase):
 
 
 class FedLawValidationTest(absltest.TestCase):
-
   def _build(self, proxy=None, **kwargs):
     proxy = _proxy() if proxy is None else proxy
     return algorithms.build_fedlaw_process(
-        test_utils.tiny_model_fn, _CLIENT_OPTIMIZER, proxy_data=proxy,
-        max_clients=3,
-        **kwargs,
+      test_utils.tiny_model_fn,
+      _CLIENT_OPTIMIZER,
+      proxy_data=proxy,
+      max_clients=3,
+      **kwargs,
     )
 
   def test_empty_proxy(self):
     with self.assertRaisesRegex(ValueError, 'proxy set is empty'):
       self._build((np.zeros([0, 3], np.float32), np.zeros([0], np.int64)))
     with self.assertRaisesRegex(ValueError, 'proxy dataset is empty'):
-      self._build(tf.data.Dataset.from_tensor_slices(
-          (np.zeros([0, 3], np.float32), np.zeros([0], np.int64))))
+      self._build(
+        tf.data.Dataset.from_tensor_slices(
+          (np.zeros([0, 3], np.float32), np.zeros([0], np.int64))
+        )
+      )
 
   def test_proxy_dataset_of_examples(self):
     x, y = _proxy()
-    process = self._build(tf.data.Dataset.from_tensor_slices((x, y)),
-                          server_epochs=1)
+    process = self._build(
+      tf.data.Dataset.from_tensor_slices((x, y)), server_epochs=1
+    )
     self.assertIsInstance(process, tff.learning.templates.LearningProcess)
     with self.assertRaisesRegex(TypeError, r'\(x, y\) examples'):
       self._build(tf.data.Dataset.from_tensor_slices(x))
@@ -188,10 +219,12 @@ class FedLawValidationTest(absltest.TestCase):
     state = process.initialize()
     before = process.get_model_weights(state).trainable
     output = process.next(state, [test_utils.tiny_client_datasets(1)[0]])
-    self.assertAlmostEqual(output.metrics['finalizer']['gamma'], 0.9,
-                           places=6)
-    self.assertFalse(np.allclose(
-        before[0], process.get_model_weights(output.state).trainable[0]))
+    self.assertAlmostEqual(output.metrics['finalizer']['gamma'], 0.9, places=6)
+    self.assertFalse(
+      np.allclose(
+        before[0], process.get_model_weights(output.state).trainable[0]
+      )
+    )
 
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'variant'):
@@ -203,20 +236,21 @@ class FedLawValidationTest(absltest.TestCase):
 
   def test_batch_normalization_is_refused(self):
     def bn_model_fn():
-      keras_model = tf.keras.Sequential([
+      keras_model = tf.keras.Sequential(
+        [
           tf.keras.layers.Dense(2, input_shape=(3,)),
           tf.keras.layers.BatchNormalization(),
-      ])
+        ]
+      )
       return tff.learning.models.from_keras_model(
-          keras_model,
-          loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-          input_spec=(tf.TensorSpec([None, 3]),
-                      tf.TensorSpec([None], tf.int64)),
+        keras_model,
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
       )
 
     with self.assertRaisesRegex(ValueError, 'BatchNormalization'):
       algorithms.build_fedlaw_process(
-          bn_model_fn, _CLIENT_OPTIMIZER, proxy_data=_proxy(), max_clients=3
+        bn_model_fn, _CLIENT_OPTIMIZER, proxy_data=_proxy(), max_clients=3
       )
 
 

@@ -26,7 +26,6 @@ def _plots(directory):
 
 
 class CommittedReportsTest(absltest.TestCase):
-
   def test_reports_match_the_committed_run_files(self):
     root = self.create_tempdir().full_path
     copy = os.path.join(root, 'results', 'fmnist')
@@ -48,26 +47,38 @@ class CommittedReportsTest(absltest.TestCase):
       with self.subTest(f'{c}/*.png'):
         names = _plots(os.path.join(copy, c))
         self.assertEqual(
-            _plots(os.path.join(_COMMITTED, c)), names,
-            f'results/fmnist/{c}: the committed plots differ from those its '
-            f'report links to; run {_REGENERATE} and commit them.')
-        _, stale, _ = filecmp.cmpfiles(os.path.join(_COMMITTED, c),
-                                       os.path.join(copy, c), names,
-                                       shallow=False)
+          _plots(os.path.join(_COMMITTED, c)),
+          names,
+          f'results/fmnist/{c}: the committed plots differ from those its '
+          f'report links to; run {_REGENERATE} and commit them.',
+        )
+        _, stale, _ = filecmp.cmpfiles(
+          os.path.join(_COMMITTED, c),
+          os.path.join(copy, c),
+          names,
+          shallow=False,
+        )
         self.assertEqual(
-            stale, [], f'results/fmnist/{c}: these plots are not what the '
-            f'run files draw; run {_REGENERATE} and commit them.')
+          stale,
+          [],
+          f'results/fmnist/{c}: these plots are not what the '
+          f'run files draw; run {_REGENERATE} and commit them.',
+        )
     for path in written + summaries:
       committed = os.path.join(_COMMITTED, os.path.relpath(path, copy))
       with self.subTest(os.path.relpath(path, copy)):
-        self.assertTrue(os.path.exists(committed),
-                        f'{committed} is not committed; run {_REGENERATE}.')
+        self.assertTrue(
+          os.path.exists(committed),
+          f'{committed} is not committed; run {_REGENERATE}.',
+        )
         with open(path) as f, open(committed) as g:
           self.assertEqual(
-              g.read(), f.read(),
-              f'{committed} is stale: the run files or reproduce.py have '
-              f'changed since it was written. Run {_REGENERATE} and commit '
-              'the reports.')
+            g.read(),
+            f.read(),
+            f'{committed} is stale: the run files or reproduce.py have '
+            f'changed since it was written. Run {_REGENERATE} and commit '
+            'the reports.',
+          )
 
 
 if __name__ == '__main__':

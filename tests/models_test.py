@@ -11,27 +11,27 @@ from experiments import models
 
 # Test configuration -> (model name, input shape, number of classes).
 _CONFIGS = {
-    'mlp_fmnist': ('mlp', (28, 28, 1), 10),
-    'mlp_cifar10': ('mlp', (32, 32, 3), 10),
-    'lenet_fmnist': ('lenet', (28, 28, 1), 10),
-    'simple_cnn_cifar10': ('simple_cnn', (32, 32, 3), 10),
-    'simple_cnn_cifar100': ('simple_cnn', (32, 32, 3), 100),
-    'simple_cnn_fmnist': ('simple_cnn', (28, 28, 1), 10),
-    'fedavg_cnn_fmnist': ('fedavg_cnn', (28, 28, 1), 10),
-    'dropout_cnn_fmnist': ('dropout_cnn', (28, 28, 1), 10),
-    'resnet20_cifar10': ('resnet20', (32, 32, 3), 10),
-    'resnet56_bottleneck_cifar10': ('resnet56_bottleneck', (32, 32, 3), 10),
-    'resnet18_cifar10': ('resnet18', (32, 32, 3), 10),
-    'resnet18_cifar100': ('resnet18', (32, 32, 3), 100),
-    'resnet18_torchvision_cifar10': ('resnet18_torchvision', (32, 32, 3), 10),
-    'resnet34_torchvision_cifar100': ('resnet34_torchvision', (32, 32, 3), 100),
+  'mlp_fmnist': ('mlp', (28, 28, 1), 10),
+  'mlp_cifar10': ('mlp', (32, 32, 3), 10),
+  'lenet_fmnist': ('lenet', (28, 28, 1), 10),
+  'simple_cnn_cifar10': ('simple_cnn', (32, 32, 3), 10),
+  'simple_cnn_cifar100': ('simple_cnn', (32, 32, 3), 100),
+  'simple_cnn_fmnist': ('simple_cnn', (28, 28, 1), 10),
+  'fedavg_cnn_fmnist': ('fedavg_cnn', (28, 28, 1), 10),
+  'dropout_cnn_fmnist': ('dropout_cnn', (28, 28, 1), 10),
+  'resnet20_cifar10': ('resnet20', (32, 32, 3), 10),
+  'resnet56_bottleneck_cifar10': ('resnet56_bottleneck', (32, 32, 3), 10),
+  'resnet18_cifar10': ('resnet18', (32, 32, 3), 10),
+  'resnet18_cifar100': ('resnet18', (32, 32, 3), 100),
+  'resnet18_torchvision_cifar10': ('resnet18_torchvision', (32, 32, 3), 10),
+  'resnet34_torchvision_cifar100': ('resnet34_torchvision', (32, 32, 3), 100),
 }
 # Cheap models for the tests that build extra copies.
 _SMALL = (
-    'mlp_fmnist',
-    'lenet_fmnist',
-    'simple_cnn_cifar10',
-    'resnet20_cifar10',
+  'mlp_fmnist',
+  'lenet_fmnist',
+  'simple_cnn_cifar10',
+  'resnet20_cifar10',
 )
 _WEIGHT_DECAY = 5e-4
 
@@ -39,11 +39,11 @@ _WEIGHT_DECAY = 5e-4
 def _create(key, weight_decay=0.0, seed=1):
   name, input_shape, num_classes = _CONFIGS[key]
   return models.create_model(
-      name,
-      input_shape=input_shape,
-      num_classes=num_classes,
-      weight_decay=weight_decay,
-      seed=seed,
+    name,
+    input_shape=input_shape,
+    num_classes=num_classes,
+    weight_decay=weight_decay,
+    seed=seed,
   )
 
 
@@ -89,49 +89,47 @@ def _resnet(bottleneck, blocks, widths, stem_kernel, num_classes):
 
 # Parameter counts with their source; formulas where no source states one.
 _EXPECTED_PARAMS = {
-    'mlp_fmnist': 199_210,  # FedLAW App. D.3
-    'mlp_cifar10': _dense(3072, 200) + _dense(200, 200) + _dense(200, 10),
-    'lenet_fmnist': (
-        _conv(5, 1, 16) + _conv(5, 16, 32) + _dense(32 * 7 * 7, 10)
-    ),
-    'simple_cnn_cifar10': 122_570,  # FedLWS App. C.5
-    'simple_cnn_cifar100': (
-        _conv(3, 3, 32) + _conv(3, 32, 64) + _conv(3, 64, 64)
-        + _dense(1024, 64) + _dense(64, 100)
-    ),
-    'simple_cnn_fmnist': 93_322,  # FedLWS App. C.5's CNN on 28x28x1
-    'fedavg_cnn_fmnist': 1_663_370,  # McMahan et al. 2017 (FedCDA Sec. 6.1)
-    'dropout_cnn_fmnist': 1_199_882,  # TFF's create_conv_dropout_model
-    'resnet20_cifar10': 272_474,  # FedLWS App. C.5, the authors' code
-    'resnet56_bottleneck_cifar10': _resnet(
-        True, (6, 6, 6), (16, 32, 64), 3, 10
-    ),
-    'resnet18_cifar10': 11_173_962,  # CIFAR ResNet-18 (FedCDA Sec. 6.1)
-    'resnet18_cifar100': 11_220_132,  # CIFAR ResNet-18 (FedCDA Sec. 6.1)
-    'resnet18_torchvision_cifar10': _resnet(
-        False, (2, 2, 2, 2), (64, 128, 256, 512), 7, 10
-    ),
-    'resnet34_torchvision_cifar100': _resnet(
-        False, (3, 4, 6, 3), (64, 128, 256, 512), 7, 100
-    ),
+  'mlp_fmnist': 199_210,  # FedLAW App. D.3
+  'mlp_cifar10': _dense(3072, 200) + _dense(200, 200) + _dense(200, 10),
+  'lenet_fmnist': (_conv(5, 1, 16) + _conv(5, 16, 32) + _dense(32 * 7 * 7, 10)),
+  'simple_cnn_cifar10': 122_570,  # FedLWS App. C.5
+  'simple_cnn_cifar100': (
+    _conv(3, 3, 32)
+    + _conv(3, 32, 64)
+    + _conv(3, 64, 64)
+    + _dense(1024, 64)
+    + _dense(64, 100)
+  ),
+  'simple_cnn_fmnist': 93_322,  # FedLWS App. C.5's CNN on 28x28x1
+  'fedavg_cnn_fmnist': 1_663_370,  # McMahan et al. 2017 (FedCDA Sec. 6.1)
+  'dropout_cnn_fmnist': 1_199_882,  # TFF's create_conv_dropout_model
+  'resnet20_cifar10': 272_474,  # FedLWS App. C.5, the authors' code
+  'resnet56_bottleneck_cifar10': _resnet(True, (6, 6, 6), (16, 32, 64), 3, 10),
+  'resnet18_cifar10': 11_173_962,  # CIFAR ResNet-18 (FedCDA Sec. 6.1)
+  'resnet18_cifar100': 11_220_132,  # CIFAR ResNet-18 (FedCDA Sec. 6.1)
+  'resnet18_torchvision_cifar10': _resnet(
+    False, (2, 2, 2, 2), (64, 128, 256, 512), 7, 10
+  ),
+  'resnet34_torchvision_cifar100': _resnet(
+    False, (3, 4, 6, 3), (64, 128, 256, 512), 7, 100
+  ),
 }
 
 
 def _random_variables(model):
   """Kernels and biases (the randomly initialised variables)."""
   return [
-      v
-      for layer in model.layers
-      if isinstance(layer, (tf.keras.layers.Conv2D, tf.keras.layers.Dense))
-      for v in layer.trainable_variables
+    v
+    for layer in model.layers
+    if isinstance(layer, (tf.keras.layers.Conv2D, tf.keras.layers.Dense))
+    for v in layer.trainable_variables
   ]
 
 
 class ModelsTest(tf.test.TestCase, parameterized.TestCase):
-
   def test_registry_and_configs_cover_each_other(self):
     self.assertSameElements(
-        models.MODELS, {name for name, _, _ in _CONFIGS.values()}
+      models.MODELS, {name for name, _, _ in _CONFIGS.values()}
     )
     self.assertSameElements(_CONFIGS, _EXPECTED_PARAMS)
 
@@ -145,11 +143,9 @@ class ModelsTest(tf.test.TestCase, parameterized.TestCase):
 
   def test_param_formulas_match_spec_figures(self):
     self.assertEqual(_EXPECTED_PARAMS['lenet_fmnist'], 28_938)  # "≈ 28.9k"
+    self.assertEqual(_resnet(False, (3, 3, 3), (16, 32, 64), 3, 10), 272_474)
     self.assertEqual(
-        _resnet(False, (3, 3, 3), (16, 32, 64), 3, 10), 272_474
-    )
-    self.assertEqual(
-        _resnet(False, (2, 2, 2, 2), (64, 128, 256, 512), 3, 10), 11_173_962
+      _resnet(False, (2, 2, 2, 2), (64, 128, 256, 512), 3, 10), 11_173_962
     )
     # FedLWS' MLP on CIFAR: 3072-200-200-10.
     self.assertEqual(_EXPECTED_PARAMS['mlp_cifar10'], 656_810)
@@ -194,11 +190,11 @@ class ModelsTest(tf.test.TestCase, parameterized.TestCase):
     for key in _CONFIGS:
       if key.startswith('resnet'):
         self.assertTrue(
-            any(
-                isinstance(layer, tf.keras.layers.GroupNormalization)
-                for layer in _build(key).layers
-            ),
-            msg=key,
+          any(
+            isinstance(layer, tf.keras.layers.GroupNormalization)
+            for layer in _build(key).layers
+          ),
+          msg=key,
         )
 
   @parameterized.named_parameters((k, k) for k in _SMALL)
@@ -234,7 +230,7 @@ class ModelsTest(tf.test.TestCase, parameterized.TestCase):
     # One regulariser per kernel, bias and GroupNorm gamma/beta.
     self.assertLen(model.losses, len(model.trainable_variables))
     expected = (_WEIGHT_DECAY / 2) * sum(
-        float(np.sum(np.square(v.numpy()))) for v in model.trainable_variables
+      float(np.sum(np.square(v.numpy()))) for v in model.trainable_variables
     )
     self.assertAllClose(float(tf.add_n(model.losses)), expected, rtol=1e-5)
 

@@ -23,22 +23,19 @@ from experiments import training
 from tests import test_utils
 
 
-
-
 class LauncherTest(absltest.TestCase):
-
   def _start_launcher(self, marker):
     process = subprocess.Popen(
-        [sys.executable, '-m', 'experiments.workers', '--num_workers=2'],
-        env=test_utils.marked_environment(marker),
-        cwd=test_utils.REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+      [sys.executable, '-m', 'experiments.workers', '--num_workers=2'],
+      env=test_utils.marked_environment(marker),
+      cwd=test_utils.REPO_ROOT,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.DEVNULL,
+      text=True,
     )
     line = process.stdout.readline().strip()
     self.assertStartsWith(line, '--workers=127.0.0.1:')
-    addresses = line[len('--workers='):].split(',')
+    addresses = line[len('--workers=') :].split(',')
     self.assertLen(addresses, 2)
     for address in addresses:
       runtime.connect(address, timeout=30)
@@ -51,8 +48,7 @@ class LauncherTest(absltest.TestCase):
     process.send_signal(signal.SIGTERM)
     self.assertEqual(process.wait(timeout=30), 0)
     self.assertTrue(
-        test_utils.wait_until(
-            lambda: not test_utils.pids_with_marker(marker), 10)
+      test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker), 10)
     )
 
   def test_workers_die_with_a_killed_launcher(self):
@@ -61,34 +57,35 @@ class LauncherTest(absltest.TestCase):
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     self.assertTrue(
-        test_utils.wait_until(
-            lambda: not test_utils.pids_with_marker(marker), 10),
-        f'left behind: {test_utils.pids_with_marker(marker)}',
+      test_utils.wait_until(
+        lambda: not test_utils.pids_with_marker(marker), 10
+      ),
+      f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 
 
 def _train(name, task, num_workers, output_dir):
   runtime.use_local_workers(num_workers)
   process = registry.build_process(
-      name,
-      registry.ProcessInputs(
-          model_fn=task.model_fn,
-          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-          server_optimizer='sgd',
-          clients_per_round=4,
-          num_clients=len(task.datasets.train_data.client_ids),
-          proxy_data=task.datasets.eval_preprocess_fn(
-              task.datasets.test_data.take(50)
-          ).unbatch(),
-      ),
+    name,
+    registry.ProcessInputs(
+      model_fn=task.model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      server_optimizer='sgd',
+      clients_per_round=4,
+      num_clients=len(task.datasets.train_data.client_ids),
+      proxy_data=task.datasets.eval_preprocess_fn(
+        task.datasets.test_data.take(50)
+      ).unbatch(),
+    ),
   )
   training.train(
-      process,
-      task,
-      training.TrainingConfig(
-          rounds=2, clients_per_round=4, seed=0, output_dir=output_dir
-      ),
+    process,
+    task,
+    training.TrainingConfig(
+      rounds=2, clients_per_round=4, seed=0, output_dir=output_dir
+    ),
   )
   return training.read_metrics(output_dir)
 
@@ -103,28 +100,41 @@ def _tiny_processes():
   model_fn = test_utils.tiny_model_fn
   client = tff.learning.optimizers.build_sgdm(0.5)
   rng = np.random.default_rng(0)
-  proxy = (rng.normal(size=(20, 3)).astype(np.float32),
-           rng.integers(0, 2, size=20).astype(np.int64))
+  proxy = (
+    rng.normal(size=(20, 3)).astype(np.float32),
+    rng.integers(0, 2, size=20).astype(np.int64),
+  )
   cda = dict(num_clients=6, max_clients=4, warmup_rounds=1, seed=1)
   # FedAvg over two workers is WorkerFailureTest's; FedGLAD's Adam/Yogi
   # finalizer is server-side only (its aggregation is FedGLAD's SGD one).
   return {
-      'fedglad': tff_aggregators.build_fedglad_process(
-          model_fn, client, gamma=0.5),
-      # The exact tau needs two aggregation phases, which TFF's multi-worker
-      # runtime cannot split; the one-pass mode can.
-      'fedlws': tff_aggregators.build_fedlws_process(
-          model_fn, client, beta=0.5, tau_mode='rms'),
-      'fedlaw': tff_aggregators.build_fedlaw_process(
-          model_fn, client, proxy_data=proxy, max_clients=4,
-          server_epochs=3, proxy_batch_size=8, server_lr=0.05),
-      'fedsa': tff_aggregators.build_fedsa_process(
-          model_fn, client, max_clients=4, num_categories=2,
-          max_clusters=2),
-      'fedcda': tff_aggregators.build_fedcda_process(model_fn, client, **cda),
-      'fedcda_history_in_driver': tff_aggregators.build_fedcda_process(
-          model_fn, client,
-          history_store=tff_aggregators.InMemoryHistoryStore(), **cda),
+    'fedglad': tff_aggregators.build_fedglad_process(
+      model_fn, client, gamma=0.5
+    ),
+    # The exact tau needs two aggregation phases, which TFF's multi-worker
+    # runtime cannot split; the one-pass mode can.
+    'fedlws': tff_aggregators.build_fedlws_process(
+      model_fn, client, beta=0.5, tau_mode='rms'
+    ),
+    'fedlaw': tff_aggregators.build_fedlaw_process(
+      model_fn,
+      client,
+      proxy_data=proxy,
+      max_clients=4,
+      server_epochs=3,
+      proxy_batch_size=8,
+      server_lr=0.05,
+    ),
+    'fedsa': tff_aggregators.build_fedsa_process(
+      model_fn, client, max_clients=4, num_categories=2, max_clusters=2
+    ),
+    'fedcda': tff_aggregators.build_fedcda_process(model_fn, client, **cda),
+    'fedcda_history_in_driver': tff_aggregators.build_fedcda_process(
+      model_fn,
+      client,
+      history_store=tff_aggregators.InMemoryHistoryStore(),
+      **cda,
+    ),
   }
 
 
@@ -154,7 +164,8 @@ class TinyAgreementTest(absltest.TestCase):
     datasets = test_utils.tiny_client_datasets(6)
     cohorts = [[0, 1, 2, 3], [1, 2, 4, 5]]
     initial = processes['fedglad'].get_model_weights(
-        processes['fedglad'].initialize())
+      processes['fedglad'].initialize()
+    )
     results = []
     for num_workers in (1, 2):
       runtime.use_local_workers(num_workers)
@@ -167,13 +178,14 @@ class TinyAgreementTest(absltest.TestCase):
             cohort = tff_aggregators.with_client_ids(cohort, ids)
           output = process.next(state, cohort)
           state = output.state
-        run[name] = (process.get_model_weights(state).trainable,
-                     output.metrics)
+        run[name] = (process.get_model_weights(state).trainable, output.metrics)
       results.append(run)
     runtime.use_local_worker()
     for name in processes:
       (weights_one, metrics_one), (weights_two, metrics_two) = (
-          results[0][name], results[1][name])
+        results[0][name],
+        results[1][name],
+      )
       for a, b in zip(weights_one, weights_two, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
       one, two = dict(_leaves(metrics_one)), dict(_leaves(metrics_two))
@@ -182,18 +194,24 @@ class TinyAgreementTest(absltest.TestCase):
         a, b = one[key], two[key]
         if key.endswith('/lambda'):  # Follows the collected rows' order.
           a, b = np.sort(a), np.sort(b)
-        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6,
-                                   err_msg=f'{name}: {key}')
+        np.testing.assert_allclose(
+          a, b, rtol=1e-5, atol=1e-6, err_msg=f'{name}: {key}'
+        )
       self.assertGreater(  # The rounds did train.
-          np.abs(np.concatenate([np.ravel(a - b) for a, b in zip(
-              weights_one, initial.trainable)])).max(), 1e-3, name)
+        np.abs(
+          np.concatenate(
+            [np.ravel(a - b) for a, b in zip(weights_one, initial.trainable)]
+          )
+        ).max(),
+        1e-3,
+        name,
+      )
 
 
 class AgreementTest(parameterized.TestCase):
-
   @parameterized.named_parameters(
-      [(n, n, {}) for n in registry.names()]
-      + [('fedcda_history_in_driver', 'fedcda', {'fedcda_history': 'memory'})]
+    [(n, n, {}) for n in registry.names()]
+    + [('fedcda_history_in_driver', 'fedcda', {'fedcda_history': 'memory'})]
   )
   def test_one_and_two_workers_agree(self, name, method_flags):
     # Each repeats, on Fashion-MNIST through the experiment binaries, a path
@@ -205,8 +223,12 @@ class AgreementTest(parameterized.TestCase):
     # FedCDA's selection starts after one warm-up round.
     # 5 FedLAW server epochs, not 100: the server's code is the same with 1
     # or 2 workers; what may differ is how the clients are split.
-    with flagsaver.flagsaver(fedlws_tau_mode='rms', fedcda_warmup=1,
-                             fedlaw_server_epochs=5, **method_flags):
+    with flagsaver.flagsaver(
+      fedlws_tau_mode='rms',
+      fedcda_warmup=1,
+      fedlaw_server_epochs=5,
+      **method_flags,
+    ):
       one = _train(name, task, 1, self.create_tempdir().full_path)
       two = _train(name, task, 2, self.create_tempdir().full_path)
     for row_one, row_two in zip(one, two, strict=True):
@@ -220,46 +242,58 @@ class AgreementTest(parameterized.TestCase):
           # is the workers' completion order (see CollectAllFactory).
           a, b = np.sort(a), np.sort(b)
         np.testing.assert_allclose(
-            a, b, rtol=1e-5, atol=1e-6, err_msg=f'{name}: {key}'
+          a, b, rtol=1e-5, atol=1e-6, err_msg=f'{name}: {key}'
         )
 
 
 class WorkerFailureTest(absltest.TestCase):
-
   def test_killed_worker_gives_a_clear_error_and_the_run_resumes(self):
     data_dir = self.create_tempdir().full_path
     test_utils.write_fashion_mnist_subset(data_dir, 600, 200)
     marker = test_utils.new_marker()
 
     def args(output_dir, workers=None):
-      flags = dict(rounds=5, num_clients=6, clients_per_round=4, model='mlp',
-                   batch_size=20, data_dir=data_dir, output_dir=output_dir)
+      flags = dict(
+        rounds=5,
+        num_clients=6,
+        clients_per_round=4,
+        model='mlp',
+        batch_size=20,
+        data_dir=data_dir,
+        output_dir=output_dir,
+      )
       if workers:
         flags['workers'] = ','.join(w.address for w in workers)
       return [f'--{k}={v}' for k, v in flags.items()]
 
     reference_dir = self.create_tempdir().full_path
-    test_utils.run_module('experiments.fmnist', args(reference_dir),
-                          marker=marker)
+    test_utils.run_module(
+      'experiments.fmnist', args(reference_dir), marker=marker
+    )
 
     output_dir = self.create_tempdir().full_path
     workers = runtime.start_local_workers(2)
     process = test_utils.start_module(
-        'experiments.fmnist', args(output_dir, workers), marker=marker,
-        log_path=os.path.join(output_dir, 'failed.log'),
+      'experiments.fmnist',
+      args(output_dir, workers),
+      marker=marker,
+      log_path=os.path.join(output_dir, 'failed.log'),
     )
     checkpoint = os.path.join(
-        output_dir, training.CHECKPOINT_DIR, 'program_state_2'
+      output_dir, training.CHECKPOINT_DIR, 'program_state_2'
     )
-    self.assertTrue(test_utils.wait_until(
+    self.assertTrue(
+      test_utils.wait_until(
         lambda: os.path.exists(checkpoint) or process.poll() is not None, 300
-    ))
+      )
+    )
     os.kill(workers[1].pid, signal.SIGKILL)
     self.assertEqual(process.wait(timeout=120), 1)
     with open(os.path.join(output_dir, 'failed.log')) as f:
       log = f.read()
-    self.assertIn(f'error: The TFF worker at {workers[1].address} is not '
-                  'reachable', log)
+    self.assertIn(
+      f'error: The TFF worker at {workers[1].address} is not reachable', log
+    )
     self.assertNotIn('Traceback', log)
     for worker in workers:
       worker.stop()
@@ -268,7 +302,7 @@ class WorkerFailureTest(absltest.TestCase):
     # never failed (on one local worker).
     workers = runtime.start_local_workers(2)
     result = test_utils.run_module(
-        'experiments.fmnist', args(output_dir, workers), marker=marker
+      'experiments.fmnist', args(output_dir, workers), marker=marker
     )
     self.assertRegex(result.stderr, 'Resuming from the checkpoint of round')
     for worker in workers:
@@ -278,8 +312,7 @@ class WorkerFailureTest(absltest.TestCase):
     self.assertLen(resumed, 5)
     for a, b in zip(resumed, reference):
       for key in a:
-        self.assertAlmostEqual(float(a[key]), float(b[key]), places=5,
-                               msg=key)
+        self.assertAlmostEqual(float(a[key]), float(b[key]), places=5, msg=key)
 
 
 if __name__ == '__main__':

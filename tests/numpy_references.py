@@ -16,13 +16,15 @@ def fedglad(rounds, *, gamma, beta, grouping, eps=1e-12):
     a = np.asarray(weights, np.float64) / np.sum(weights)
     num_leaves = len(updates[0])
     mean = [
-        sum(a[k] * np.asarray(u[l], np.float64) for k, u in enumerate(updates))
-        for l in range(num_leaves)
+      sum(a[k] * np.asarray(u[l], np.float64) for k, u in enumerate(updates))
+      for l in range(num_leaves)
     ]
-    q = np.array([
+    q = np.array(
+      [
         sum(a[k] * np.sum(np.square(u[l])) for k, u in enumerate(updates))
         for l in range(num_leaves)
-    ])
+      ]
+    )
     m = np.array([np.sum(np.square(g)) for g in mean])
     if grouping == 'universal':
       q, m = q.sum(keepdims=True), m.sum(keepdims=True)
@@ -35,15 +37,30 @@ def fedglad(rounds, *, gamma, beta, grouping, eps=1e-12):
     used_baseline = baseline.copy()
     baseline = beta * baseline + (1 - beta) * gsi
     leaf_s = s if grouping == 'per_variable' else np.repeat(s, num_leaves)
-    outputs.append(dict(
-        gsi=gsi, ratio=ratio, multiplier=s, baseline=used_baseline,
+    outputs.append(
+      dict(
+        gsi=gsi,
+        ratio=ratio,
+        multiplier=s,
+        baseline=used_baseline,
         result=[leaf_s[l] * mean[l] for l in range(num_leaves)],
-    ))
+      )
+    )
   return outputs
 
 
-def glad_adaptive(weights, updates, multipliers, *, kind, lr,
-                            beta_1, beta_2, epsilon, initial_v=0.0):
+def glad_adaptive(
+  weights,
+  updates,
+  multipliers,
+  *,
+  kind,
+  lr,
+  beta_1,
+  beta_2,
+  epsilon,
+  initial_v=0.0,
+):
   """FedGLAD App. E in float64: m from s * g, v from the unscaled g."""
   w = [np.asarray(x, np.float64) for x in weights]
   m = [np.zeros_like(x) for x in w]
@@ -68,9 +85,11 @@ def fedlws_tau(updates, valid=None, groups=None, mode='exact'):
   if not keep:
     return np.zeros(len(groups))
   flat = [
-      [np.concatenate([np.ravel(updates[k][i]).astype(np.float64) for i in g])
-       for g in groups]
-      for k in keep
+    [
+      np.concatenate([np.ravel(updates[k][i]).astype(np.float64) for i in g])
+      for g in groups
+    ]
+    for k in keep
   ]
   tau = []
   for l in range(len(groups)):
@@ -79,25 +98,29 @@ def fedlws_tau(updates, valid=None, groups=None, mode='exact'):
     if mode == 'exact':
       tau.append(np.mean(np.linalg.norm(rows - mean, axis=1)))
     else:
-      tau.append(np.sqrt(max(
-          np.mean(np.sum(rows**2, axis=1)) - np.sum(mean**2), 0.0)))
+      tau.append(
+        np.sqrt(max(np.mean(np.sum(rows**2, axis=1)) - np.sum(mean**2), 0.0))
+      )
   return np.array(tau)
 
 
-def fedlws_round(weights, deltas, client_weights, groups, *, beta,
-                 tau_clip=None, server_lr=1.0):
+def fedlws_round(
+  weights, deltas, client_weights, groups, *, beta, tau_clip=None, server_lr=1.0
+):
   """One FedLWS round (Eqs. 8-9) on TFF deltas (w - w_k); returns dict."""
   w = [np.asarray(x, np.float64) for x in weights]
   lam = np.asarray(client_weights, np.float64)
   lam = lam / lam.sum()
-  mean = [sum(lam[k] * np.asarray(d[i], np.float64)
-              for k, d in enumerate(deltas)) for i in range(len(w))]
+  mean = [
+    sum(lam[k] * np.asarray(d[i], np.float64) for k, d in enumerate(deltas))
+    for i in range(len(w))
+  ]
   w_hat = [wi - server_lr * mi for wi, mi in zip(w, mean)]
   tau = fedlws_tau(deltas, groups=groups)
   gamma, new = [], list(w_hat)
   for l, g in enumerate(groups):
-    s = np.sqrt(sum(np.sum(w[i]**2) for i in g))
-    m = np.sqrt(sum(np.sum((w_hat[i] - w[i])**2) for i in g))
+    s = np.sqrt(sum(np.sum(w[i] ** 2) for i in g))
+    m = np.sqrt(sum(np.sum((w_hat[i] - w[i]) ** 2) for i in g))
     b = beta * tau[l]
     if tau_clip is not None:
       b = min(max(b, tau_clip[0]), tau_clip[1])
@@ -119,8 +142,11 @@ def _linear_proxy_loss_and_grad(w, x, y, class_weights=None):
   logits = logits - logits.max(axis=1, keepdims=True)
   probs = np.exp(logits) / np.exp(logits).sum(axis=1, keepdims=True)
   n = len(y)
-  scale = (np.ones(n) if class_weights is None
-           else np.asarray(class_weights, np.float64)[y])
+  scale = (
+    np.ones(n)
+    if class_weights is None
+    else np.asarray(class_weights, np.float64)[y]
+  )
   loss = -np.mean(scale * np.log(probs[np.arange(n), y]))
   dlogits = probs.copy()
   dlogits[np.arange(n), y] -= 1
@@ -128,8 +154,20 @@ def _linear_proxy_loss_and_grad(w, x, y, class_weights=None):
   return loss, np.concatenate([(x.T @ dlogits).ravel(), dlogits.sum(axis=0)])
 
 
-def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
-                  learn_lambda=True, swa=False, class_weights=None):
+def fedlaw_linear(
+  rows,
+  p,
+  x,
+  y,
+  *,
+  epochs,
+  lr,
+  batch_order,
+  learn_gamma=True,
+  learn_lambda=True,
+  swa=False,
+  class_weights=None,
+):
   """FedLAW's search (Eq. 9; SWA, Sec. 6.1) for the 3->2 linear softmax model.
 
   Chain rule through lambda = softmax(x_l) (Jacobian diag(l) - l l^T) and
@@ -150,8 +188,9 @@ def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
         lam /= lam.sum()
         gamma = np.exp(x_g)
         w = gamma * lam @ rows
-        _, grad_w = _linear_proxy_loss_and_grad(w, x[idx], y[idx],
-                                                class_weights)
+        _, grad_w = _linear_proxy_loss_and_grad(
+          w, x[idx], y[idx], class_weights
+        )
         dl_dlam = gamma * rows @ grad_w
         jac = np.diag(lam) - np.outer(lam, lam)
         g_l = jac @ dl_dlam
@@ -160,13 +199,17 @@ def fedlaw_linear(rows, p, x, y, *, epochs, lr, batch_order, learn_gamma=True,
         if learn_g:
           mg = 0.5 * mg + 0.5 * g_g
           vg = 0.999 * vg + 0.001 * g_g**2
-          x_g -= step_lr * (mg / (1 - 0.5**k)) / (
-              np.sqrt(vg / (1 - 0.999**k)) + 1e-8)
+          x_g -= (
+            step_lr
+            * (mg / (1 - 0.5**k))
+            / (np.sqrt(vg / (1 - 0.999**k)) + 1e-8)
+          )
         if learn_l:
           m = 0.5 * m + 0.5 * g_l
           v = 0.999 * v + 0.001 * g_l**2
           x_l = x_l - step_lr * (m / (1 - 0.5**k)) / (
-              np.sqrt(v / (1 - 0.999**k)) + 1e-8)
+            np.sqrt(v / (1 - 0.999**k)) + 1e-8
+          )
       if use_swa and epoch >= 6:
         snapshots.append(x_l.copy())
     if use_swa:
@@ -235,14 +278,15 @@ def greedy_mac(sim, max_clusters, sim_threshold, frozen=False):
 
 def _fedsa_statistics(x, w, cv_t, c, mic, mic_scale, epsilon_policy, dtype):
   mu = w @ x
-  d = (x - mu)**2
+  d = (x - mu) ** 2
   sigma = np.sqrt(w @ d)
   with np.errstate(divide='ignore', invalid='ignore'):
     if epsilon_policy:
       cv = sigma / np.maximum(np.abs(mu), dtype(1e-12))
     else:
-      cv = np.where(sigma == 0, 0.0,
-                    np.where(mu == 0, np.inf, sigma / np.abs(mu)))
+      cv = np.where(
+        sigma == 0, 0.0, np.where(mu == 0, np.inf, sigma / np.abs(mu))
+      )
   finite = np.isfinite(cv)
   if finite.any():
     lo, hi = cv[finite].min(), cv[finite].max()
@@ -252,8 +296,9 @@ def _fedsa_statistics(x, w, cv_t, c, mic, mic_scale, epsilon_policy, dtype):
   high = np.nonzero(cvn > cv_t)[0]
   dh = d[:, high]
   if mic == 'quantile':
-    ranks = np.argsort(np.argsort(dh, axis=0, kind='stable'), axis=0,
-                       kind='stable')
+    ranks = np.argsort(
+      np.argsort(dh, axis=0, kind='stable'), axis=0, kind='stable'
+    )
     cat = np.floor(ranks * c / len(x)).astype(int) + 1
   else:
     if mic == 'raw':
@@ -262,17 +307,34 @@ def _fedsa_statistics(x, w, cv_t, c, mic, mic_scale, epsilon_policy, dtype):
       axis = 0 if mic == 'per_coordinate_minmax' else None
       lo_d = dh.min(axis=axis) if dh.size else 0.0
       span = (dh.max(axis=axis) if dh.size else 0.0) - lo_d
-      scaled = np.divide(dh - lo_d, span, out=np.zeros_like(dh),
-                         where=np.broadcast_to(np.asarray(span) > 0, dh.shape))
+      scaled = np.divide(
+        dh - lo_d,
+        span,
+        out=np.zeros_like(dh),
+        where=np.broadcast_to(np.asarray(span) > 0, dh.shape),
+      )
     cat = np.ceil(c * scaled).astype(int)
   cat = np.clip(cat, 1, c)
   return mu, high, cat
 
 
-def fedsa(tensors, weights=None, *, cv_t=0.2, sim_t=0.2, c=4, s=4,
-          literal=False, mic='per_coordinate_minmax', mic_scale=4.0,
-          epsilon_policy=False, weighted=False, frozen=False,
-          global_scope=False, dtype=np.float64):
+def fedsa(
+  tensors,
+  weights=None,
+  *,
+  cv_t=0.2,
+  sim_t=0.2,
+  c=4,
+  s=4,
+  literal=False,
+  mic='per_coordinate_minmax',
+  mic_scale=4.0,
+  epsilon_policy=False,
+  weighted=False,
+  frozen=False,
+  global_scope=False,
+  dtype=np.float64,
+):
   """FedSA's Algorithm 1 (Eqs. 2-15) on client models, with its options.
 
   tensors[j] is [K, M_j]; returns the aggregated tensors. `dtype=np.float32`
@@ -280,29 +342,47 @@ def fedsa(tensors, weights=None, *, cv_t=0.2, sim_t=0.2, c=4, s=4,
   """
   tensors = [np.asarray(x, dtype) for x in tensors]
   k = len(tensors[0])
-  w = (np.asarray(weights, dtype) / np.sum(weights) if weighted
-       else np.full(k, 1 / k, dtype))
-  stats = [_fedsa_statistics(x, w, cv_t, c, mic, mic_scale, epsilon_policy,
-                             dtype) for x in tensors]
+  w = (
+    np.asarray(weights, dtype) / np.sum(weights)
+    if weighted
+    else np.full(k, 1 / k, dtype)
+  )
+  stats = [
+    _fedsa_statistics(x, w, cv_t, c, mic, mic_scale, epsilon_policy, dtype)
+    for x in tensors
+  ]
 
   def similarity(cats):
     total = sum(cat.shape[1] for cat in cats)
-    return np.array([[
-        sum(np.sum(cat[a] == cat[b]) for cat in cats) / total if total else 0
-        for b in range(k)] for a in range(k)])
+    return np.array(
+      [
+        [
+          sum(np.sum(cat[a] == cat[b]) for cat in cats) / total if total else 0
+          for b in range(k)
+        ]
+        for a in range(k)
+      ]
+    )
 
   if global_scope:
     shared = greedy_mac(similarity([st[2] for st in stats]), s, sim_t, frozen)
   outputs = []
   for x, (mu, high, cat) in zip(tensors, stats):
     out = mu.copy()
-    clusters = (shared if global_scope
-                else greedy_mac(similarity([cat]), s, sim_t, frozen))
+    clusters = (
+      shared
+      if global_scope
+      else greedy_mac(similarity([cat]), s, sim_t, frozen)
+    )
     if len(high) and clusters:
       alphas, means = [], []
       for members in clusters:
-        macro = np.array([np.bincount(cat[members, m], minlength=c + 1)[1:]
-                          .argmax() + 1 for m in range(len(high))])
+        macro = np.array(
+          [
+            np.bincount(cat[members, m], minlength=c + 1)[1:].argmax() + 1
+            for m in range(len(high))
+          ]
+        )
         counts = np.bincount(macro, minlength=c + 1)
         alphas.append(counts[macro] / (s * c))
         mass = w[members] if weighted else np.ones(len(members))
@@ -331,11 +411,22 @@ class FedCdaServer:
   `leaf_sizes`), `later_batches`, `warmup_aggregation`, `batch_param`.
   """
 
-  def __init__(self, memory_size, num_batches, smoothness, warmup_rounds,
-               permutation, *, selection='approx', divergence='squared_l2',
-               later_batches='excluded', warmup_aggregation='fedavg',
-               batch_param='num_batches', random_ranks=None,
-               leaf_sizes=None):
+  def __init__(
+    self,
+    memory_size,
+    num_batches,
+    smoothness,
+    warmup_rounds,
+    permutation,
+    *,
+    selection='approx',
+    divergence='squared_l2',
+    later_batches='excluded',
+    warmup_aggregation='fedavg',
+    batch_param='num_batches',
+    random_ranks=None,
+    leaf_sizes=None,
+  ):
     self.k, self.b, self.l = memory_size, num_batches, smoothness
     self.warmup = warmup_rounds
     self.permutation = permutation  # (round, p) -> order of participants
@@ -354,29 +445,32 @@ class FedCdaServer:
     losses = np.array([e[1] for e in entries])
     mean = models.mean(axis=0)
     return losses.mean() + self.l / (2 * len(entries)) * np.sum(
-        (models - mean)**2)
+      (models - mean) ** 2
+    )
 
   def script_objective(self, entries):
     models = np.array([e[0] for e in entries])
     mean = models.mean(axis=0)
     total, start = 0.0, 0
     for size in self.leaf_sizes:
-      part = models[:, start:start + size] - mean[start:start + size]
+      part = models[:, start : start + size] - mean[start : start + size]
       total += np.sum(np.sqrt(np.sum(part**2, axis=1)))
       start += size
     return total
 
   def _everyone(self):
-    return np.mean([self._entry(c, s)[0] for c, s in self.selected.items()],
-                   axis=0)
+    return np.mean(
+      [self._entry(c, s)[0] for c, s in self.selected.items()], axis=0
+    )
 
   def step(self, t, ids, models, losses, weights):
-    previous = {c: self._entry(c, self.selected[c]) for c in ids
-                if c in self.selected}
+    previous = {
+      c: self._entry(c, self.selected[c]) for c in ids if c in self.selected
+    }
     for client, model, loss in zip(ids, models, losses):
       entries = self.cache.setdefault(client, [])
       entries.append((np.asarray(model, np.float64), float(loss), t))
-      del entries[:-self.k]
+      del entries[: -self.k]
     newest = lambda c: self.cache[c][-1]
     self.older_selected = 0
     if t < self.warmup:
@@ -396,24 +490,32 @@ class FedCdaServer:
         self.selected[client] = options[client][r][2]
         self.older_selected += int(r > 0)
       return self._everyone()
-    fixed = [self._entry(c, s) for c, s in self.selected.items()
-             if c not in ids]
+    fixed = [
+      self._entry(c, s) for c, s in self.selected.items() if c not in ids
+    ]
     order = self.permutation(t, len(ids))
     if self.batch_param == 'num_batches':
       batches = np.array_split(order, min(self.b, len(ids)))
     else:
-      batches = [order[i:i + self.b] for i in range(0, len(ids), self.b)]
-    score = (self.objective if self.divergence == 'squared_l2'
-             else self.script_objective)
+      batches = [order[i : i + self.b] for i in range(0, len(ids), self.b)]
+    score = (
+      self.objective
+      if self.divergence == 'squared_l2'
+      else self.script_objective
+    )
     for j, batch in enumerate(batches):
       clients = [ids[i] for i in batch]
       later = []
       if self.later_batches == 'included_at_previous_selection':
-        later = [previous.get(ids[i], newest(ids[i]))
-                 for b in batches[j + 1:] for i in b]
+        later = [
+          previous.get(ids[i], newest(ids[i]))
+          for b in batches[j + 1 :]
+          for i in b
+        ]
       best, best_j = None, np.inf
       for combo in itertools.product(
-          *[range(len(options[c])) for c in clients]):
+        *[range(len(options[c])) for c in clients]
+      ):
         chosen = [options[c][r] for c, r in zip(clients, combo)]
         value = score(fixed + chosen + later)
         if value < best_j:
@@ -425,8 +527,9 @@ class FedCdaServer:
     return self._everyone()
 
 
-def linear_softmax_client_delta(weights, batches, *, lr, momentum=0.0,
-                                mu=0.0, with_loss=False):
+def linear_softmax_client_delta(
+  weights, batches, *, lr, momentum=0.0, mu=0.0, with_loss=False
+):
   """A client of the linear softmax model by SGD(M), FedProx's term included.
 
   Li et al. (2020) eq. 2: each step follows the gradient of the batch's mean
@@ -464,8 +567,9 @@ class ServerOptimizer:
   update.
   """
 
-  def __init__(self, kind, lr, *, momentum=0.0, beta_1=0.9, beta_2=0.999,
-               epsilon=1e-7):
+  def __init__(
+    self, kind, lr, *, momentum=0.0, beta_1=0.9, beta_2=0.999, epsilon=1e-7
+  ):
     self.kind, self.lr, self.momentum = kind, lr, momentum
     self.beta_1, self.beta_2, self.epsilon = beta_1, beta_2, epsilon
     self.n, self.m, self.v = 0, None, None
@@ -489,12 +593,12 @@ class ServerOptimizer:
     for i in range(len(w)):
       self.m[i] = b1 * self.m[i] + (1 - b1) * s[i] * g[i]
       if self.kind == 'adam':
-        self.v[i] = b2 * self.v[i] + (1 - b2) * g[i]**2
+        self.v[i] = b2 * self.v[i] + (1 - b2) * g[i] ** 2
       else:
-        self.v[i] = self.v[i] + (1 - b2) * np.sign(
-            g[i]**2 - self.v[i]) * g[i]**2
-      out.append(w[i] - rate * self.m[i] / (np.sqrt(self.v[i])
-                                            + self.epsilon))
+        self.v[i] = (
+          self.v[i] + (1 - b2) * np.sign(g[i] ** 2 - self.v[i]) * g[i] ** 2
+        )
+      out.append(w[i] - rate * self.m[i] / (np.sqrt(self.v[i]) + self.epsilon))
     return out
 
 
@@ -509,8 +613,8 @@ def fedlws_shrink(w, w_hat, tau, groups, *, beta, tau_clip=None):
   new = [np.asarray(x, np.float64) for x in w_hat]
   gamma, bs = [], []
   for l, g in enumerate(groups):
-    s = np.sqrt(sum(np.sum(w[i]**2) for i in g))
-    m = np.sqrt(sum(np.sum((new[i] - w[i])**2) for i in g))
+    s = np.sqrt(sum(np.sum(w[i] ** 2) for i in g))
+    m = np.sqrt(sum(np.sum((new[i] - w[i]) ** 2) for i in g))
     b = beta * tau[l]
     if tau_clip is not None:
       b = min(max(b, tau_clip[0]), tau_clip[1])
@@ -526,5 +630,7 @@ def weighted_mean(deltas, client_weights):
   """sum_k lambda_k delta_k per leaf, lambda the normalised weights."""
   lam = np.asarray(client_weights, np.float64)
   lam = lam / lam.sum()
-  return [sum(lam[k] * np.asarray(d[i], np.float64)
-              for k, d in enumerate(deltas)) for i in range(len(deltas[0]))]
+  return [
+    sum(lam[k] * np.asarray(d[i], np.float64) for k, d in enumerate(deltas))
+    for i in range(len(deltas[0]))
+  ]

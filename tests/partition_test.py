@@ -34,7 +34,7 @@ def _reference_dirichlet(labels, n, alpha, seed, num_classes):
         ends.append(ends[-1] + int(round(q[j][i] * total)))
     for i in range(n):
       begin = 0 if i == 0 else ends[i - 1]
-      clients[i].extend(by_class[j][begin:ends[i]])
+      clients[i].extend(by_class[j][begin : ends[i]])
   result = []
   for members in clients:
     members = np.array(members, dtype=np.int64)
@@ -48,8 +48,9 @@ def _reference_label_skew(labels, n, alpha, seed, num_classes):
   rng = np.random.RandomState(seed)
   pools = []
   for j in range(num_classes):
-    members = np.array([k for k, y in enumerate(labels) if y == j],
-                       dtype=np.int64)
+    members = np.array(
+      [k for k, y in enumerate(labels) if y == j], dtype=np.int64
+    )
     rng.shuffle(members)
     pools.append(list(members))
   total = len(labels)
@@ -76,13 +77,14 @@ def _reference_label_skew(labels, n, alpha, seed, num_classes):
       short = min(short, sum(have))
       exact = [h * short / sum(have) for h in have]
       extra = [int(e // 1) for e in exact]
-      by_remainder = sorted(range(num_classes),
-                            key=lambda j: (-(exact[j] - extra[j]), j))
-      for j in by_remainder[:short - sum(extra)]:
+      by_remainder = sorted(
+        range(num_classes), key=lambda j: (-(exact[j] - extra[j]), j)
+      )
+      for j in by_remainder[: short - sum(extra)]:
         extra[j] += 1
       for j in range(num_classes):
-        members += pools[j][:extra[j]]
-        pools[j] = pools[j][extra[j]:]
+        members += pools[j][: extra[j]]
+        pools[j] = pools[j][extra[j] :]
     members = np.array(members, dtype=np.int64)
     clients.append(members)
   return clients
@@ -96,12 +98,11 @@ def _top_class_share(labels, clients, num_classes=10):
 
 
 class PartitionTest(parameterized.TestCase):
-
   @parameterized.named_parameters(
-      ('dirichlet', 'dirichlet', dict(alpha=0.3)),
-      ('iid', 'iid', {}),
-      ('label_skew', 'label_skew', dict(alpha=0.1)),
-      ('shards', 'shards', dict(shards_per_client=2)),
+    ('dirichlet', 'dirichlet', dict(alpha=0.3)),
+    ('iid', 'iid', {}),
+    ('label_skew', 'label_skew', dict(alpha=0.1)),
+    ('shards', 'shards', dict(shards_per_client=2)),
   )
   def test_every_example_on_exactly_one_client(self, method, kwargs):
     labels = _labels(997)
@@ -109,14 +110,15 @@ class PartitionTest(parameterized.TestCase):
     self.assertLen(clients, 13)
     for c in clients:
       self.assertEqual(c.dtype, np.int64)
-    np.testing.assert_array_equal(np.sort(np.concatenate(clients)),
-                                  np.arange(997))
+    np.testing.assert_array_equal(
+      np.sort(np.concatenate(clients)), np.arange(997)
+    )
 
   @parameterized.named_parameters(
-      ('dirichlet', 'dirichlet', dict(alpha=0.3)),
-      ('iid', 'iid', {}),
-      ('label_skew', 'label_skew', dict(alpha=0.1)),
-      ('shards', 'shards', dict(shards_per_client=2)),
+    ('dirichlet', 'dirichlet', dict(alpha=0.3)),
+    ('iid', 'iid', {}),
+    ('label_skew', 'label_skew', dict(alpha=0.1)),
+    ('shards', 'shards', dict(shards_per_client=2)),
   )
   def test_deterministic_per_seed(self, method, kwargs):
     labels = _labels()
@@ -146,10 +148,13 @@ class PartitionTest(parameterized.TestCase):
   def test_skew_grows_as_alpha_shrinks(self):
     labels = _labels(5000)
     shares = [
-        np.mean([_top_class_share(
-            labels, partition.dirichlet(labels, 20, alpha, seed))
-                 for seed in range(3)])
-        for alpha in (100.0, 1.0, 0.1)
+      np.mean(
+        [
+          _top_class_share(labels, partition.dirichlet(labels, 20, alpha, seed))
+          for seed in range(3)
+        ]
+      )
+      for alpha in (100.0, 1.0, 0.1)
     ]
     self.assertLess(shares[0], 0.2)  # Near the IID 0.1.
     self.assertLess(shares[0], shares[1])
@@ -160,8 +165,9 @@ class PartitionTest(parameterized.TestCase):
   def test_label_skew_is_the_spec_procedure(self, seed):
     # Skewed labels and alpha 0.3: classes run out, so the shortfall is
     # reassigned; 9 does not divide 500, so the last client is larger.
-    labels = np.random.default_rng(seed).choice(7, 500, p=[.4, .2, .1, .1,
-                                                           .1, .05, .05])
+    labels = np.random.default_rng(seed).choice(
+      7, 500, p=[0.4, 0.2, 0.1, 0.1, 0.1, 0.05, 0.05]
+    )
     expected = _reference_label_skew(labels, 9, 0.3, seed, 7)
     actual = partition.label_skew(labels, 9, 0.3, seed)
     for e, a in zip(expected, actual):
@@ -192,21 +198,25 @@ class PartitionTest(parameterized.TestCase):
   def test_label_counts(self):
     labels = np.array([0, 1, 1, 2, 2, 2])
     counts = partition.label_counts(
-        labels, [np.array([0, 3]), np.array([1, 2, 4, 5]),
-                 np.array([], np.int64)], 3)
+      labels,
+      [np.array([0, 3]), np.array([1, 2, 4, 5]), np.array([], np.int64)],
+      3,
+    )
     np.testing.assert_array_equal(counts, [[1, 0, 1], [0, 2, 2], [0, 0, 0]])
 
   @parameterized.named_parameters(
-      ('alpha', dict(method='dirichlet', alpha=0.0), 'alpha must be > 0'),
-      ('no_alpha', dict(method='dirichlet'), 'needs alpha'),
-      ('skew_alpha', dict(method='label_skew', alpha=-1.0),
-       'alpha must be > 0'),
-      ('skew_no_alpha', dict(method='label_skew'), 'needs alpha'),
-      ('no_shards', dict(method='shards'), 'needs shards_per_client'),
-      ('zero_shards', dict(method='shards', shards_per_client=0), '>= 1'),
-      ('too_many_shards', dict(method='shards', shards_per_client=60),
-       'more than the 1000 examples'),
-      ('unknown', dict(method='pathological'), 'dirichlet'),
+    ('alpha', dict(method='dirichlet', alpha=0.0), 'alpha must be > 0'),
+    ('no_alpha', dict(method='dirichlet'), 'needs alpha'),
+    ('skew_alpha', dict(method='label_skew', alpha=-1.0), 'alpha must be > 0'),
+    ('skew_no_alpha', dict(method='label_skew'), 'needs alpha'),
+    ('no_shards', dict(method='shards'), 'needs shards_per_client'),
+    ('zero_shards', dict(method='shards', shards_per_client=0), '>= 1'),
+    (
+      'too_many_shards',
+      dict(method='shards', shards_per_client=60),
+      'more than the 1000 examples',
+    ),
+    ('unknown', dict(method='pathological'), 'dirichlet'),
   )
   def test_bad_arguments(self, kwargs, message):
     method = kwargs.pop('method')
@@ -223,7 +233,6 @@ class PartitionTest(parameterized.TestCase):
 
 
 class ProxySplitTest(absltest.TestCase):
-
   def test_balanced_proxy_and_the_rest(self):
     labels = np.repeat(np.arange(10), 30)
     proxy, rest = partition.proxy_split(labels, 100, 10, seed=3)
@@ -238,7 +247,7 @@ class ProxySplitTest(absltest.TestCase):
   def test_long_tailed_proxy(self):
     labels = np.repeat(np.arange(10), 30)
     proxy, _ = partition.proxy_split(
-        labels, 100, 10, distribution='long_tailed', seed=0
+      labels, 100, 10, distribution='long_tailed', seed=0
     )
     counts = np.bincount(labels[proxy], minlength=10)
     self.assertEqual(counts[0], 10)

@@ -9,13 +9,14 @@ from experiments import plotting
 
 
 class PlotAccuracyTest(absltest.TestCase):
-
   def _width(self, count):
     directory = self.create_tempdir().full_path
     path = os.path.join(directory, 'plot.png')
     plotting.plot_accuracy(
-        {f'curve {i}': ([1, 2, 3], [0.1 * i, 0.2, 0.3]) for i in range(count)},
-        path, title='toy')
+      {f'curve {i}': ([1, 2, 3], [0.1 * i, 0.2, 0.3]) for i in range(count)},
+      path,
+      title='toy',
+    )
     self.assertEqual(os.listdir(directory), ['plot.png'])  # No temporary.
     return image.imread(path).shape[1]
 

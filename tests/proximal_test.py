@@ -46,17 +46,17 @@ def _numpy_fedprox_delta(kernel, bias, dataset, lr, momentum, mu):
 
 
 class ProximalClientWorkTest(parameterized.TestCase):
-
   @parameterized.parameters((0.0,), (0.9,))
   def test_rounds_match_numpy_with_scheduled_learning_rate(self, momentum):
     datasets = _datasets(3)
     mu = 0.4
     process = client_works.build_weighted_fed_prox(
-        model_fn=test_utils.tiny_model_fn,
-        proximal_strength=mu,
-        client_optimizer_fn=tff.learning.optimizers.build_sgdm(
-            0.5, momentum=momentum),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      model_fn=test_utils.tiny_model_fn,
+      proximal_strength=mu,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+        0.5, momentum=momentum
+      ),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
     )
     state = process.initialize()
     for lr in (0.5, 0.2):  # The second round's rate comes from set_hparams.
@@ -64,39 +64,55 @@ class ProximalClientWorkTest(parameterized.TestCase):
       hparams['client_work']['learning_rate'] = np.float32(lr)
       state = process.set_hparams(state, hparams)
       kernel, bias = process.get_model_weights(state).trainable
-      deltas = [_numpy_fedprox_delta(kernel, bias, d, lr, momentum, mu)
-                for d in datasets]
+      deltas = [
+        _numpy_fedprox_delta(kernel, bias, d, lr, momentum, mu)
+        for d in datasets
+      ]
       sizes = np.array([3.0, 4.0, 5.0])
-      want = [np.asarray(v, np.float64)
-              - sum(s * d[i] for s, d in zip(sizes, deltas)) / sizes.sum()
-              for i, v in enumerate((kernel, bias))]
+      want = [
+        np.asarray(v, np.float64)
+        - sum(s * d[i] for s, d in zip(sizes, deltas)) / sizes.sum()
+        for i, v in enumerate((kernel, bias))
+      ]
       state = process.next(state, datasets).state
       got = process.get_model_weights(state).trainable
       for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
   @parameterized.named_parameters(
-      ('sgdm', tff.learning.optimizers.build_sgdm(0.3, momentum=0.9),
-       dict(learning_rate=0.05, momentum=0.5)),
-      ('adam', tff.learning.optimizers.build_adam(0.1),
-       dict(learning_rate=0.02, beta_1=0.8, beta_2=0.99, epsilon=1e-6)),
+    (
+      'sgdm',
+      tff.learning.optimizers.build_sgdm(0.3, momentum=0.9),
+      dict(learning_rate=0.05, momentum=0.5),
+    ),
+    (
+      'adam',
+      tff.learning.optimizers.build_adam(0.1),
+      dict(learning_rate=0.02, beta_1=0.8, beta_2=0.99, epsilon=1e-6),
+    ),
   )
   def test_zero_strength_is_tff_fed_avg_with_the_state_hparams(
-      self, optimizer, hparams):
+    self, optimizer, hparams
+  ):
     # The wrapper itself at mu = 0 (the builders send mu = 0 to TFF's own).
     datasets = _datasets(3, seed=1)
     ours = proximal.build_proximal_client_work(
-        test_utils.tiny_model_fn, optimizer, proximal_strength=0.0)
+      test_utils.tiny_model_fn, optimizer, proximal_strength=0.0
+    )
     weights = client_works.initial_model_weights_fn(test_utils.tiny_model_fn)()
     state = ours.set_hparams(ours.initialize(), hparams)
     output = ours.next(state, [weights] * 3, datasets)
     optimizer_with_hparams = type(optimizer)(**hparams)
     tff_work = tff.learning.templates.build_model_delta_client_work(
-        test_utils.tiny_model_fn, optimizer_with_hparams,
-        client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES)
+      test_utils.tiny_model_fn,
+      optimizer_with_hparams,
+      client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
+    )
     expected = tff_work.next(tff_work.initialize(), [weights] * 3, datasets)
-    self.assertEqual(dict(ours.get_hparams(state)),
-                     dict(tff_work.get_hparams(tff_work.initialize())))
+    self.assertEqual(
+      dict(ours.get_hparams(state)),
+      dict(tff_work.get_hparams(tff_work.initialize())),
+    )
     for got, want in zip(output.result, expected.result):
       self.assertEqual(got.update_weight, want.update_weight)
       for g, w in zip(got.update, want.update):
@@ -110,13 +126,16 @@ class ProximalClientWorkTest(parameterized.TestCase):
     norms = []
     for mu in (0.0, 5.0):
       process = client_works.build_weighted_fed_prox(
-          model_fn=test_utils.tiny_model_fn, proximal_strength=mu,
-          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+        model_fn=test_utils.tiny_model_fn,
+        proximal_strength=mu,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      )
       state = process.initialize()
       before = test_utils.flat_trainable(process.get_model_weights(state))
       after = test_utils.flat_trainable(
-          process.get_model_weights(process.next(state, datasets).state))
+        process.get_model_weights(process.next(state, datasets).state)
+      )
       norms.append(np.linalg.norm(after - before))
     self.assertGreater(norms[0], 2 * norms[1])
 
@@ -127,33 +146,46 @@ class ProximalClientWorkTest(parameterized.TestCase):
     datasets = _datasets(2, seed=3)
     mu, lr = 0.4, 0.5
     tff_fedprox = tff.learning.algorithms.build_weighted_fed_prox(
-        test_utils.tiny_model_fn, mu, tff.learning.optimizers.build_sgdm(lr),
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
+      test_utils.tiny_model_fn,
+      mu,
+      tff.learning.optimizers.build_sgdm(lr),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+    )
     state = tff_fedprox.initialize()
     kernel, bias = tff_fedprox.get_model_weights(state).trainable
     got = tff_fedprox.get_model_weights(
-        tff_fedprox.next(state, datasets).state).trainable
+      tff_fedprox.next(state, datasets).state
+    ).trainable
     sizes = np.array([3.0, 4.0])
     for sign, matches in ((-1.0, True), (1.0, False)):
-      deltas = [_numpy_fedprox_delta(kernel, bias, d, lr, 0.0, sign * mu)
-                for d in datasets]
-      want = [np.asarray(v, np.float64)
-              - sum(s * d[i] for s, d in zip(sizes, deltas)) / sizes.sum()
-              for i, v in enumerate((kernel, bias))]
+      deltas = [
+        _numpy_fedprox_delta(kernel, bias, d, lr, 0.0, sign * mu)
+        for d in datasets
+      ]
+      want = [
+        np.asarray(v, np.float64)
+        - sum(s * d[i] for s, d in zip(sizes, deltas)) / sizes.sum()
+        for i, v in enumerate((kernel, bias))
+      ]
       self.assertEqual(
-          all(np.allclose(g, w, rtol=1e-5, atol=1e-6)
-              for g, w in zip(got, want)), matches)
+        all(np.allclose(g, w, rtol=1e-5, atol=1e-6) for g, w in zip(got, want)),
+        matches,
+      )
 
   def test_non_finite_client_gets_weight_zero(self):
     x = np.full((2, 3), np.nan, np.float32)
     nan_data = tf.data.Dataset.from_tensor_slices(
-        (x, np.zeros(2, np.int64))).batch(2)
+      (x, np.zeros(2, np.int64))
+    ).batch(2)
     work = proximal.build_proximal_client_work(
-        test_utils.tiny_model_fn, tff.learning.optimizers.build_sgdm(0.1),
-        proximal_strength=0.1)
+      test_utils.tiny_model_fn,
+      tff.learning.optimizers.build_sgdm(0.1),
+      proximal_strength=0.1,
+    )
     weights = client_works.initial_model_weights_fn(test_utils.tiny_model_fn)()
-    output = work.next(work.initialize(), [weights, weights],
-                       [nan_data, _datasets(1)[0]])
+    output = work.next(
+      work.initialize(), [weights, weights], [nan_data, _datasets(1)[0]]
+    )
     self.assertEqual([r.update_weight for r in output.result], [0.0, 3.0])
     for value in output.result[0].update:
       np.testing.assert_array_equal(value, np.zeros_like(value))
@@ -161,19 +193,24 @@ class ProximalClientWorkTest(parameterized.TestCase):
   def test_bad_arguments(self):
     with self.assertRaisesRegex(ValueError, 'proximal_strength must be >= 0'):
       client_works.build_weighted_fed_prox(
-          model_fn=test_utils.tiny_model_fn, proximal_strength=-1.0,
-          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1))
+        model_fn=test_utils.tiny_model_fn,
+        proximal_strength=-1.0,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+      )
     with self.assertRaisesRegex(TypeError, 'tff.learning.optimizers'):
       proximal.build_proximal_client_work(
-          test_utils.tiny_model_fn, lambda: tf.keras.optimizers.SGD(0.1),
-          proximal_strength=0.1)
+        test_utils.tiny_model_fn,
+        lambda: tf.keras.optimizers.SGD(0.1),
+        proximal_strength=0.1,
+      )
     with self.assertRaisesRegex(TypeError, 'WeightedAggregationFactory'):
       client_works.build_weighted_fed_prox(
-          model_fn=test_utils.tiny_model_fn, proximal_strength=0.1,
-          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
-          model_aggregator=tff.aggregators.SumFactory())
+        model_fn=test_utils.tiny_model_fn,
+        proximal_strength=0.1,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.1),
+        model_aggregator=tff.aggregators.SumFactory(),
+      )
 
 
 if __name__ == '__main__':
   absltest.main()
-

@@ -33,19 +33,16 @@ _PROGRAM = textwrap.dedent("""
 """)
 
 
-
-
 class RuntimeTest(absltest.TestCase):
-
   def _start(self, mode: str, marker: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, '-c', _PROGRAM, mode],
-        env=test_utils.marked_environment(marker),
-        cwd=test_utils.REPO_ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
+      [sys.executable, '-c', _PROGRAM, mode],
+      env=test_utils.marked_environment(marker),
+      cwd=test_utils.REPO_ROOT,
+      stdin=subprocess.PIPE,
+      stdout=subprocess.PIPE,
+      stderr=subprocess.DEVNULL,
+      text=True,
     )
 
   def test_worker_stops_at_normal_exit(self):
@@ -56,9 +53,10 @@ class RuntimeTest(absltest.TestCase):
     process.stdin.close()
     self.assertEqual(process.wait(timeout=120), 0)
     self.assertTrue(
-        test_utils.wait_until(
-            lambda: not test_utils.pids_with_marker(marker), 10),
-        f'left behind: {test_utils.pids_with_marker(marker)}',
+      test_utils.wait_until(
+        lambda: not test_utils.pids_with_marker(marker), 10
+      ),
+      f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 
   def test_worker_dies_with_killed_parent(self):
@@ -69,9 +67,10 @@ class RuntimeTest(absltest.TestCase):
     process.send_signal(signal.SIGKILL)
     process.wait(timeout=30)
     self.assertTrue(
-        test_utils.wait_until(
-            lambda: not test_utils.pids_with_marker(marker), 10),
-        f'left behind: {test_utils.pids_with_marker(marker)}',
+      test_utils.wait_until(
+        lambda: not test_utils.pids_with_marker(marker), 10
+      ),
+      f'left behind: {test_utils.pids_with_marker(marker)}',
     )
 
   def test_use_local_worker_reuses_and_restarts(self):
@@ -97,13 +96,17 @@ class RuntimeTest(absltest.TestCase):
         double(1.0)
     """)
     result = subprocess.run(
-        [sys.executable, '-c', program],
-        env=test_utils.marked_environment(marker),
-        cwd=test_utils.REPO_ROOT, capture_output=True, text=True, timeout=120,
+      [sys.executable, '-c', program],
+      env=test_utils.marked_environment(marker),
+      cwd=test_utils.REPO_ROOT,
+      capture_output=True,
+      text=True,
+      timeout=120,
     )
     self.assertNotEqual(result.returncode, 0)
-    self.assertIn('call tff_aggregators.runtime.use_local_worker()',
-                  result.stderr)
+    self.assertIn(
+      'call tff_aggregators.runtime.use_local_worker()', result.stderr
+    )
     self.assertEmpty(test_utils.pids_with_marker(marker))
 
   def test_worker_frees_each_call_s_values(self):
@@ -114,7 +117,8 @@ class RuntimeTest(absltest.TestCase):
     clients, size = 10, 1_000_000
     value_type = tff.TensorType(np.float32, [size])
     process = collect.CollectAllFactory(clients).create(
-        value_type, tff.TensorType(np.float32))
+      value_type, tff.TensorType(np.float32)
+    )
 
     @tff.tensorflow.computation(np.int32)
     def make(seed):
@@ -131,9 +135,11 @@ class RuntimeTest(absltest.TestCase):
 
     @tff.federated_computation(tff.FederatedType(np.int32, tff.CLIENTS))
     def call(seeds):
-      output = process.next(process.initialize(),
-                            tff.federated_map(make, seeds),
-                            tff.federated_map(unit_weight, seeds))
+      output = process.next(
+        process.initialize(),
+        tff.federated_map(make, seeds),
+        tff.federated_map(unit_weight, seeds),
+      )
       return tff.federated_map(total, output.result)
 
     worker = runtime.use_local_worker()

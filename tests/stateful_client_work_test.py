@@ -39,8 +39,9 @@ def _datasets(seed=3):
 
 
 def _arrays(datasets):
-  return [[(x.numpy().astype(np.float64), y.numpy()) for x, y in d]
-          for d in datasets]
+  return [
+    [(x.numpy().astype(np.float64), y.numpy()) for x, y in d] for d in datasets
+  ]
 
 
 @tff.tensorflow.computation
@@ -53,21 +54,28 @@ def _compose(client_work, aggregator=None, finalizer=None):
   weights_type = _initial_weights.type_signature.result
   if aggregator is None:
     aggregator = tff.aggregators.MeanFactory().create(
-        weights_type.trainable, tff.TensorType(np.float32))
+      weights_type.trainable, tff.TensorType(np.float32)
+    )
   if finalizer is None:
     finalizer = tff.learning.templates.build_apply_optimizer_finalizer(
-        tff.learning.optimizers.build_sgdm(1.0), weights_type)
+      tff.learning.optimizers.build_sgdm(1.0), weights_type
+    )
   return tff.learning.templates.compose_learning_process(
-      _initial_weights,
-      tff.learning.templates.build_broadcast_process(weights_type),
-      client_work, aggregator, finalizer)
+    _initial_weights,
+    tff.learning.templates.build_broadcast_process(weights_type),
+    client_work,
+    aggregator,
+    finalizer,
+  )
 
 
 def _stateful_process(momentum=_MOMENTUM, **kwargs):
   work = stateful.build_stateful_client_work(
-      test_utils.tiny_model_fn,
-      tff.learning.optimizers.build_sgdm(_LR, momentum=momentum),
-      num_clients=_POPULATION, max_clients=3)
+    test_utils.tiny_model_fn,
+    tff.learning.optimizers.build_sgdm(_LR, momentum=momentum),
+    num_clients=_POPULATION,
+    max_clients=3,
+  )
   return _compose(work, **kwargs)
 
 
@@ -103,28 +111,33 @@ def _reference_round(weights, table, data, ids, lr, momentum):
   """One round: weighted mean of the deltas, server SGD at rate 1."""
   deltas, sizes = [], []
   for i in ids:
-    delta, table[i] = _reference_client(weights, table[i], data[i], lr,
-                                        momentum)
+    delta, table[i] = _reference_client(
+      weights, table[i], data[i], lr, momentum
+    )
     deltas.append(delta)
     sizes.append(sum(len(y) for _, y in data[i]))
-  mean = [sum(s * d[j] for s, d in zip(sizes, deltas)) / sum(sizes)
-          for j in range(2)]
+  mean = [
+    sum(s * d[j] for s, d in zip(sizes, deltas)) / sum(sizes) for j in range(2)
+  ]
   return [w - m for w, m in zip(weights, mean)]
 
 
 def _trainable(process, state):
-  return [np.asarray(v, np.float64)
-          for v in process.get_model_weights(state).trainable]
+  return [
+    np.asarray(v, np.float64)
+    for v in process.get_model_weights(state).trainable
+  ]
 
 
 def _table(state):
   work = state.client_work
-  return ([np.array(t) for t in work[stateful.CLIENT_STATES]],
-          np.array(work[stateful.HAS_STATE]))
+  return (
+    [np.array(t) for t in work[stateful.CLIENT_STATES]],
+    np.array(work[stateful.HAS_STATE]),
+  )
 
 
 class StatefulClientWorkTest(absltest.TestCase):
-
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
@@ -158,29 +171,34 @@ class StatefulClientWorkTest(absltest.TestCase):
           else:
             np.testing.assert_array_equal(leaf[i], old[i])
       self.assertEqual(
-          output.metrics['client_work']['client_states']['rows_written'],
-          len(ids))
+        output.metrics['client_work']['client_states']['rows_written'], len(ids)
+      )
     np.testing.assert_array_equal(has_state, [True] * 4 + [False])
 
   def test_momentum_zero_is_tff_fedavg_and_momentum_persists(self):
     for momentum in (0.0, _MOMENTUM):
       fedavg = tff.learning.algorithms.build_weighted_fed_avg(
-          test_utils.tiny_model_fn,
-          client_optimizer_fn=tff.learning.optimizers.build_sgdm(
-              _LR, momentum=momentum),
-          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0))
-      process = (_stateful_process(momentum=0.0) if momentum == 0.0
-                 else self.process)
+        test_utils.tiny_model_fn,
+        client_optimizer_fn=tff.learning.optimizers.build_sgdm(
+          _LR, momentum=momentum
+        ),
+        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      )
+      process = (
+        _stateful_process(momentum=0.0) if momentum == 0.0 else self.process
+      )
       state = process.initialize()
       reset = fedavg.set_model_weights(
-          fedavg.initialize(), process.get_model_weights(state))
+        fedavg.initialize(), process.get_model_weights(state)
+      )
       differences = []
       for ids in _COHORTS[:3]:
         state = process.next(state, _identified(self.datasets, ids)).state
         reset = fedavg.next(reset, [self.datasets[i] for i in ids]).state
         got, want = _trainable(process, state), _trainable(fedavg, reset)
-        differences.append(max(np.max(np.abs(g - w))
-                               for g, w in zip(got, want)))
+        differences.append(
+          max(np.max(np.abs(g - w)) for g, w in zip(got, want))
+        )
       with self.subTest(momentum=momentum):
         self.assertLess(differences[0], 1e-6)  # Round 1: every client new.
         if momentum == 0.0:
@@ -190,8 +208,9 @@ class StatefulClientWorkTest(absltest.TestCase):
 
   def test_checkpoint_round_trip_continues_identically(self):
     process = self.process
-    run = lambda state, ids: process.next(
-        state, _identified(self.datasets, ids)).state
+    run = lambda state, ids: (
+      process.next(state, _identified(self.datasets, ids)).state
+    )
     initial = process.initialize()
     state = initial
     for ids in _COHORTS:
@@ -200,14 +219,16 @@ class StatefulClientWorkTest(absltest.TestCase):
     for ids in _COHORTS[:2]:
       resumed = run(resumed, ids)
     manager = tff.program.FileProgramStateManager(
-        self.create_tempdir().full_path)
+      self.create_tempdir().full_path
+    )
     asyncio.run(manager.save(resumed, version=2))
     loaded, version = asyncio.run(manager.load_latest(process.initialize()))
     self.assertEqual(version, 2)
     for ids in _COHORTS[2:]:
       loaded = run(loaded, ids)
-    for got, want in zip(_trainable(process, loaded),
-                         _trainable(process, state)):
+    for got, want in zip(
+      _trainable(process, loaded), _trainable(process, state)
+    ):
       np.testing.assert_array_equal(got, want)
     for got, want in zip(_table(loaded)[0], _table(state)[0]):
       np.testing.assert_array_equal(got, want)
@@ -215,35 +236,44 @@ class StatefulClientWorkTest(absltest.TestCase):
   def test_refuses_a_table_above_max_state_bytes(self):
     optimizer = tff.learning.optimizers.build_sgdm(_LR, momentum=_MOMENTUM)
     with self.assertRaisesRegex(
-        ValueError, r'10,000,000 clients x 1 optimizer slots x 8 parameters '
-        r'= 330,000,000 bytes, above max_state_bytes=67,108,864.*'
-        'driver-side store for large populations is not available yet'):
+      ValueError,
+      r'10,000,000 clients x 1 optimizer slots x 8 parameters '
+      r'= 330,000,000 bytes, above max_state_bytes=67,108,864.*'
+      'driver-side store for large populations is not available yet',
+    ):
       stateful.build_stateful_client_work(
-          test_utils.tiny_model_fn, optimizer, num_clients=10**7,
-          max_clients=3)
+        test_utils.tiny_model_fn, optimizer, num_clients=10**7, max_clients=3
+      )
     with self.assertRaisesRegex(ValueError, r'5 clients x 1 optimizer slots'):
       stateful.build_stateful_client_work(
-          test_utils.tiny_model_fn, optimizer, num_clients=5, max_clients=3,
-          max_state_bytes=100)
+        test_utils.tiny_model_fn,
+        optimizer,
+        num_clients=5,
+        max_clients=3,
+        max_state_bytes=100,
+      )
 
   def test_a_round_refuses_an_id_outside_the_population(self):
     data = tff_aggregators.with_client_ids(self.datasets[:1], [_POPULATION])
-    with self.assertRaisesRegex(Exception,
-                                r'outside \[0, num_clients=5\)'):
+    with self.assertRaisesRegex(Exception, r'outside \[0, num_clients=5\)'):
       self.process.next(self.process.initialize(), data)
 
   def test_adam_keeps_its_moments_and_step_count_iterator_loop(self):
     work = stateful.build_stateful_client_work(
-        test_utils.tiny_model_fn, tff.learning.optimizers.build_adam(0.01),
-        num_clients=_POPULATION, max_clients=3,
-        loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR)
+      test_utils.tiny_model_fn,
+      tff.learning.optimizers.build_adam(0.01),
+      num_clients=_POPULATION,
+      max_clients=3,
+      loop_implementation=tff.learning.LoopImplementation.DATASET_ITERATOR,
+    )
     process = _compose(work)
     state = process.initialize()
     for ids in ([0, 2], [2]):
       state = process.next(state, _identified(self.datasets, ids)).state
     leaves, has_state = _table(state)
-    self.assertEqual([leaf.dtype for leaf in leaves],
-                     [np.float32] * 4 + [np.int32])  # Moments, then step.
+    self.assertEqual(
+      [leaf.dtype for leaf in leaves], [np.float32] * 4 + [np.int32]
+    )  # Moments, then step.
     np.testing.assert_array_equal(leaves[-1], [2, 0, 4, 0, 0])  # Local steps.
     np.testing.assert_array_equal(has_state, [True, False, True, False, False])
 
@@ -251,11 +281,16 @@ class StatefulClientWorkTest(absltest.TestCase):
     groups = tff_aggregators.model_layer_groups(test_utils.tiny_model_fn)
     weights_type = _initial_weights.type_signature.result
     process = _stateful_process(
-        aggregator=tff_aggregators.FedLwsStatsFactory(groups).create(
-            weights_type.trainable, tff.TensorType(np.float32)),
-        finalizer=tff_aggregators.build_fedlws_finalizer(
-            tff.learning.optimizers.build_sgdm(1.0), weights_type,
-            groups=groups, beta=0.1))
+      aggregator=tff_aggregators.FedLwsStatsFactory(groups).create(
+        weights_type.trainable, tff.TensorType(np.float32)
+      ),
+      finalizer=tff_aggregators.build_fedlws_finalizer(
+        tff.learning.optimizers.build_sgdm(1.0),
+        weights_type,
+        groups=groups,
+        beta=0.1,
+      ),
+    )
     datasets = list(self.datasets)
     state = process.initialize()
     state = process.next(state, _identified(datasets, [0, 1])).state
@@ -270,9 +305,15 @@ class StatefulClientWorkTest(absltest.TestCase):
     for leaf, old in zip(leaves, before):
       np.testing.assert_array_equal(leaf[1], old[1])
       self.assertFalse(np.array_equal(leaf[0], old[0]))
-    self.assertTrue(np.all(np.isfinite(
-        np.concatenate([np.ravel(w) for w in _trainable(process,
-                                                        output.state)]))))
+    self.assertTrue(
+      np.all(
+        np.isfinite(
+          np.concatenate(
+            [np.ravel(w) for w in _trainable(process, output.state)]
+          )
+        )
+      )
+    )
     self.assertIn('gamma', output.metrics['finalizer'])
 
 

@@ -36,14 +36,14 @@ def _write_idx(path: str, array: np.ndarray) -> None:
   """Writes `array` (uint8) in the IDX format of the MNIST files, gzipped."""
   magic = 0x0800 | array.ndim  # 0x08: unsigned byte.
   header = struct.pack('>I', magic) + b''.join(
-      struct.pack('>I', d) for d in array.shape
+    struct.pack('>I', d) for d in array.shape
   )
   with gzip.open(path, 'wb') as f:
     f.write(header + np.ascontiguousarray(array, np.uint8).tobytes())
 
 
 def write_fashion_mnist_subset(
-    directory: str, num_train: int, num_test: int
+  directory: str, num_train: int, num_test: int
 ) -> data.ImageData:
   """Writes the first examples of the real Fashion-MNIST as its four files.
 
@@ -53,15 +53,17 @@ def write_fashion_mnist_subset(
   full = data.load_fashion_mnist()
   os.makedirs(directory, exist_ok=True)
   subset = data.ImageData(
-      train_images=full.train_images[:num_train],
-      train_labels=full.train_labels[:num_train],
-      test_images=full.test_images[:num_test],
-      test_labels=full.test_labels[:num_test],
-      num_classes=10,
+    train_images=full.train_images[:num_train],
+    train_labels=full.train_labels[:num_train],
+    test_images=full.test_images[:num_test],
+    test_labels=full.test_labels[:num_test],
+    num_classes=10,
   )
   arrays = (
-      subset.train_images[..., 0], subset.train_labels,
-      subset.test_images[..., 0], subset.test_labels,
+    subset.train_images[..., 0],
+    subset.train_labels,
+    subset.test_images[..., 0],
+    subset.test_labels,
   )
   for name, array in zip(data.FASHION_MNIST_FILES, arrays):
     _write_idx(os.path.join(directory, name), array.astype(np.uint8))
@@ -69,33 +71,37 @@ def write_fashion_mnist_subset(
 
 
 def small_fmnist_task(
-    directory: str,
-    *,
-    num_train: int = 600,
-    num_test: int = 200,
-    num_clients: int = 4,
-    alpha: float = 1.0,
-    model: str = 'mlp',
-    batch_size: int = 20,
-    local_epochs: int = 2,
+  directory: str,
+  *,
+  num_train: int = 600,
+  num_test: int = 200,
+  num_clients: int = 4,
+  alpha: float = 1.0,
+  model: str = 'mlp',
+  batch_size: int = 20,
+  local_epochs: int = 2,
 ) -> tff.simulation.baselines.BaselineTask:
   """A small task on real Fashion-MNIST, read back through the real loader."""
   write_fashion_mnist_subset(directory, num_train, num_test)
   image_data = data.load_fashion_mnist(directory)
   indices = partition.partition(
-      'dirichlet', image_data.train_labels, num_clients, alpha=alpha, seed=0
+    'dirichlet', image_data.train_labels, num_clients, alpha=alpha, seed=0
   )
   return tasks.create_image_task(
-      image_data, indices, model=model, batch_size=batch_size,
-      local_epochs=local_epochs, normalization='unit',
+    image_data,
+    indices,
+    model=model,
+    batch_size=batch_size,
+    local_epochs=local_epochs,
+    normalization='unit',
   )
 
 
 def write_tff_sqlite(
-    path: str,
-    examples: dict[str, dict[str, list[bytes]]],
-    *,
-    index: bool = True,
+  path: str,
+  examples: dict[str, dict[str, list[bytes]]],
+  *,
+  index: bool = True,
 ) -> None:
   """Writes a SQLite file in the format `tff.simulation.datasets` reads.
 
@@ -106,26 +112,26 @@ def write_tff_sqlite(
   """
   with sqlite3.connect(path) as connection:
     connection.execute(
-        'CREATE TABLE examples (split_name TEXT, client_id TEXT, '
-        'serialized_example_proto BLOB)'
+      'CREATE TABLE examples (split_name TEXT, client_id TEXT, '
+      'serialized_example_proto BLOB)'
     )
     connection.execute(
-        'CREATE TABLE client_metadata (client_id TEXT, split_name TEXT, '
-        'num_examples INTEGER)'
+      'CREATE TABLE client_metadata (client_id TEXT, split_name TEXT, '
+      'num_examples INTEGER)'
     )
     for split, clients in examples.items():
       for client_id, protos in clients.items():
         connection.executemany(
-            'INSERT INTO examples VALUES (?, ?, ?)',
-            [(split, client_id, p) for p in protos],
+          'INSERT INTO examples VALUES (?, ?, ?)',
+          [(split, client_id, p) for p in protos],
         )
         connection.execute(
-            'INSERT INTO client_metadata VALUES (?, ?, ?)',
-            (client_id, split, len(protos)),
+          'INSERT INTO client_metadata VALUES (?, ?, ?)',
+          (client_id, split, len(protos)),
         )
     if index:
       connection.execute(
-          'CREATE INDEX examples_client_id ON examples (client_id, split_name)'
+        'CREATE INDEX examples_client_id ON examples (client_id, split_name)'
       )
 
 
@@ -138,7 +144,7 @@ def marked_environment(marker: str) -> dict[str, str]:
   env = dict(os.environ)
   env[_MARKER_VARIABLE] = marker
   env['PYTHONPATH'] = os.pathsep.join(
-      [REPO_ROOT] + [p for p in [env.get('PYTHONPATH')] if p]
+    [REPO_ROOT] + [p for p in [env.get('PYTHONPATH')] if p]
   )
   env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
   return env
@@ -161,42 +167,42 @@ def pids_with_marker(marker: str) -> list[int]:
 
 
 def run_module(
-    module: str,
-    args: list[str],
-    *,
-    marker: str,
-    timeout: float = 600,
-    check: bool = True,
+  module: str,
+  args: list[str],
+  *,
+  marker: str,
+  timeout: float = 600,
+  check: bool = True,
 ) -> subprocess.CompletedProcess:
   """Runs `python -m module args` with the marker in its environment."""
   result = subprocess.run(
-      [sys.executable, '-m', module] + args,
-      env=marked_environment(marker),
-      cwd=REPO_ROOT,
-      capture_output=True,
-      text=True,
-      timeout=timeout,
+    [sys.executable, '-m', module] + args,
+    env=marked_environment(marker),
+    cwd=REPO_ROOT,
+    capture_output=True,
+    text=True,
+    timeout=timeout,
   )
   if check and result.returncode != 0:
     raise AssertionError(
-        f'{module} {args} exited with {result.returncode}:\n'
-        f'{result.stderr[-4000:]}'
+      f'{module} {args} exited with {result.returncode}:\n'
+      f'{result.stderr[-4000:]}'
     )
   return result
 
 
 def start_module(
-    module: str, args: list[str], *, marker: str, log_path: Optional[str]
+  module: str, args: list[str], *, marker: str, log_path: Optional[str]
 ) -> subprocess.Popen:
   """Starts `python -m module args` in the background."""
   log = open(log_path, 'w') if log_path else subprocess.DEVNULL
   try:
     return subprocess.Popen(
-        [sys.executable, '-m', module] + args,
-        env=marked_environment(marker),
-        cwd=REPO_ROOT,
-        stdout=log,
-        stderr=subprocess.STDOUT,
+      [sys.executable, '-m', module] + args,
+      env=marked_environment(marker),
+      cwd=REPO_ROOT,
+      stdout=log,
+      stderr=subprocess.STDOUT,
     )
   finally:
     if log_path:
@@ -225,15 +231,17 @@ def tiny_model_fn() -> tff.learning.models.VariableModel:
   """A 3-feature, 2-class linear Keras model (kernel and bias)."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-  keras_model = tf.keras.Sequential([
+  keras_model = tf.keras.Sequential(
+    [
       tf.keras.layers.Dense(
-          2, input_shape=(3,), kernel_initializer='glorot_uniform'
+        2, input_shape=(3,), kernel_initializer='glorot_uniform'
       )
-  ])
+    ]
+  )
   return tff.learning.models.from_keras_model(
-      keras_model,
-      loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-      input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
+    keras_model,
+    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
   )
 
 
@@ -260,7 +268,7 @@ _SINGLE_CLIENT_FEDAVG = {}
 
 
 def client_results(
-    model_fn, client_optimizer_fn, weights, datasets
+  model_fn, client_optimizer_fn, weights, datasets
 ) -> tuple[list[list[np.ndarray]], np.ndarray, np.ndarray]:
   """Each client's model delta from `weights`, examples and training loss.
 
@@ -272,9 +280,9 @@ def client_results(
   key = (model_fn, id(client_optimizer_fn))
   if key not in _SINGLE_CLIENT_FEDAVG:
     _SINGLE_CLIENT_FEDAVG[key] = tff.learning.algorithms.build_weighted_fed_avg(
-        model_fn,
-        client_optimizer_fn,
-        server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      model_fn,
+      client_optimizer_fn,
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
     )
   fedavg = _SINGLE_CLIENT_FEDAVG[key]
   state = fedavg.set_model_weights(fedavg.initialize(), weights)
@@ -282,10 +290,12 @@ def client_results(
   for dataset in datasets:
     output = fedavg.next(state, [dataset])
     new = fedavg.get_model_weights(output.state).trainable
-    deltas.append([
+    deltas.append(
+      [
         np.asarray(w, np.float64) - np.asarray(n, np.float64)
         for w, n in zip(weights.trainable, new)
-    ])
+      ]
+    )
     train = output.metrics['client_work']['train']
     sizes.append(train['num_examples'])
     losses.append(train['loss'])
@@ -295,5 +305,6 @@ def client_results(
 def client_deltas(model_fn, client_optimizer_fn, weights, datasets):
   """`client_results` without the losses."""
   deltas, sizes, _ = client_results(
-      model_fn, client_optimizer_fn, weights, datasets)
+    model_fn, client_optimizer_fn, weights, datasets
+  )
   return deltas, sizes

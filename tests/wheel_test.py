@@ -70,26 +70,51 @@ _SCRIPT = textwrap.dedent("""
 
 
 class WheelTest(absltest.TestCase):
-
   def _install_wheel(self) -> str:
     source = tempfile.mkdtemp()
     for name in ('pyproject.toml', 'README.md'):
       shutil.copy(os.path.join(test_utils.REPO_ROOT, name), source)
     shutil.copytree(
-        os.path.join(test_utils.REPO_ROOT, 'tff_aggregators'),
-        os.path.join(source, 'tff_aggregators'),
-        ignore=shutil.ignore_patterns('BUILD', '__pycache__'))
+      os.path.join(test_utils.REPO_ROOT, 'tff_aggregators'),
+      os.path.join(source, 'tff_aggregators'),
+      ignore=shutil.ignore_patterns('BUILD', '__pycache__'),
+    )
     wheels = tempfile.mkdtemp()
     subprocess.run(
-        [sys.executable, '-m', 'pip', 'wheel', '--quiet', '--no-deps',
-         '--no-build-isolation', '--wheel-dir', wheels, source],
-        check=True, capture_output=True, timeout=300)
+      [
+        sys.executable,
+        '-m',
+        'pip',
+        'wheel',
+        '--quiet',
+        '--no-deps',
+        '--no-build-isolation',
+        '--wheel-dir',
+        wheels,
+        source,
+      ],
+      check=True,
+      capture_output=True,
+      timeout=300,
+    )
     (wheel,) = os.listdir(wheels)
     target = tempfile.mkdtemp()
     subprocess.run(
-        [sys.executable, '-m', 'pip', 'install', '--quiet', '--no-deps',
-         '--target', target, os.path.join(wheels, wheel)],
-        check=True, capture_output=True, timeout=300)
+      [
+        sys.executable,
+        '-m',
+        'pip',
+        'install',
+        '--quiet',
+        '--no-deps',
+        '--target',
+        target,
+        os.path.join(wheels, wheel),
+      ],
+      check=True,
+      capture_output=True,
+      timeout=300,
+    )
     return target
 
   def test_users_script_from_the_wheel_ends_with_its_pipe(self):
@@ -101,16 +126,23 @@ class WheelTest(absltest.TestCase):
     env = test_utils.marked_environment(marker)
     env['PYTHONPATH'] = target  # The wheel only, not the source tree.
     result = subprocess.run(
-        ['bash', '-c', f'"{sys.executable}" "{script}" "{target}" | tail -n 3'],
-        env=env, cwd=os.path.dirname(script), capture_output=True, text=True,
-        timeout=600)
+      ['bash', '-c', f'"{sys.executable}" "{script}" "{target}" | tail -n 3'],
+      env=env,
+      cwd=os.path.dirname(script),
+      capture_output=True,
+      text=True,
+      timeout=600,
+    )
     self.assertEqual(result.returncode, 0, result.stderr[-2000:])
-    self.assertEqual(result.stdout.split(),
-                     ['fedcda', 'trained', 'fedglad', 'trained', 'done'])
+    self.assertEqual(
+      result.stdout.split(), ['fedcda', 'trained', 'fedglad', 'trained', 'done']
+    )
     self.assertTrue(
-        test_utils.wait_until(lambda: not test_utils.pids_with_marker(marker),
-                              10),
-        f'left behind: {test_utils.pids_with_marker(marker)}')
+      test_utils.wait_until(
+        lambda: not test_utils.pids_with_marker(marker), 10
+      ),
+      f'left behind: {test_utils.pids_with_marker(marker)}',
+    )
 
 
 if __name__ == '__main__':

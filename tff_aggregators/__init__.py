@@ -33,38 +33,39 @@ from tff_aggregators.finalizers.fedlws import layer_groups
 from tff_aggregators.finalizers.fedlws import model_layer_groups
 from tff_aggregators.finalizers.fedsa import build_fedsa_finalizer
 from tff_aggregators.finalizers.glad_adaptive import (
-    build_glad_adaptive_finalizer)
+  build_glad_adaptive_finalizer,
+)
 from tff_aggregators.programs.data_sources import ClientDataSource
 from tff_aggregators.programs.data_sources import IdentifiedDataSource
 
 __version__ = '0.1.0'
 
 __all__ = [
-    'ClientDataSource',
-    'CollectAllFactory',
-    'DroppedClientsFactory',
-    'FedGladFactory',
-    'FedLwsStatsFactory',
-    'HistoryStore',
-    'IdentifiedDataSource',
-    'InMemoryHistoryStore',
-    'MemmapHistoryStore',
-    'build_fedcda_finalizer',
-    'build_fedcda_process',
-    'build_fedglad_process',
-    'build_fedlaw_finalizer',
-    'build_fedlaw_process',
-    'build_fedlws_finalizer',
-    'build_fedlws_process',
-    'build_fedsa_finalizer',
-    'build_fedsa_process',
-    'build_glad_adaptive_finalizer',
-    'build_identified_client_work',
-    'build_proximal_client_work',
-    'build_stateful_client_work',
-    'build_weighted_fed_prox',
-    'check_proxy_data',
-    'layer_groups',
-    'model_layer_groups',
-    'with_client_ids',
+  'ClientDataSource',
+  'CollectAllFactory',
+  'DroppedClientsFactory',
+  'FedGladFactory',
+  'FedLwsStatsFactory',
+  'HistoryStore',
+  'IdentifiedDataSource',
+  'InMemoryHistoryStore',
+  'MemmapHistoryStore',
+  'build_fedcda_finalizer',
+  'build_fedcda_process',
+  'build_fedglad_process',
+  'build_fedlaw_finalizer',
+  'build_fedlaw_process',
+  'build_fedlws_finalizer',
+  'build_fedlws_process',
+  'build_fedsa_finalizer',
+  'build_fedsa_process',
+  'build_glad_adaptive_finalizer',
+  'build_identified_client_work',
+  'build_proximal_client_work',
+  'build_stateful_client_work',
+  'build_weighted_fed_prox',
+  'check_proxy_data',
+  'layer_groups',
+  'model_layer_groups',
+  'with_client_ids',
 ]

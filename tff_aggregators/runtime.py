@@ -40,9 +40,9 @@ import tensorflow_federated as tff
 _PR_SET_PDEATHSIG = 1
 _MAX_MESSAGE_BYTES = 2 * 1000 * 1000 * 1000
 _GRPC_OPTIONS = [
-    ('grpc.max_message_length', _MAX_MESSAGE_BYTES),
-    ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
-    ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES),
+  ('grpc.max_message_length', _MAX_MESSAGE_BYTES),
+  ('grpc.max_receive_message_length', _MAX_MESSAGE_BYTES),
+  ('grpc.max_send_message_length', _MAX_MESSAGE_BYTES),
 ]
 
 
@@ -51,9 +51,9 @@ class _NoWorkerContext(tff.framework.SyncContext):
 
   def invoke(self, comp, arg):
     raise RuntimeError(
-        'No TFF worker is set up in this process: call '
-        'tff_aggregators.runtime.use_local_worker() before running a TFF '
-        'computation.'
+      'No TFF worker is set up in this process: call '
+      'tff_aggregators.runtime.use_local_worker() before running a TFF '
+      'computation.'
     )
 
 
@@ -64,13 +64,11 @@ tff.framework.set_default_context(_NoWorkerContext())
 
 def worker_binary_path() -> str:
   """Returns the path of the `worker_binary` shipped in the TFF wheel."""
-  path = os.path.join(
-      os.path.dirname(tff.__file__), 'data', 'worker_binary'
-  )
+  path = os.path.join(os.path.dirname(tff.__file__), 'data', 'worker_binary')
   if not os.path.isfile(path):
     raise FileNotFoundError(
-        f'TFF worker binary not found at {path}; reinstall '
-        'tensorflow-federated==0.87.0 (see README, "Set-up").'
+      f'TFF worker binary not found at {path}; reinstall '
+      'tensorflow-federated==0.87.0 (see README, "Set-up").'
     )
   return path
 
@@ -87,27 +85,27 @@ class WorkerProcess:
   """A local `worker_binary` tied to the lifetime of this process."""
 
   def __init__(
-      self,
-      *,
-      max_concurrent_computation_calls: int = -1,
-      port: Optional[int] = None,
-      env: Optional[dict[str, str]] = None,
+    self,
+    *,
+    max_concurrent_computation_calls: int = -1,
+    port: Optional[int] = None,
+    env: Optional[dict[str, str]] = None,
   ):
     self.max_concurrent_computation_calls = max_concurrent_computation_calls
     self.port = port or portpicker.pick_unused_port()
     self.address = f'127.0.0.1:{self.port}'
     parent_pid = os.getpid()
     self._process = subprocess.Popen(
-        [
-            worker_binary_path(),
-            f'--port={self.port}',
-            '--max_concurrent_computation_calls='
-            f'{max_concurrent_computation_calls}',
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=sys.stderr,
-        env=env,
-        preexec_fn=lambda: _die_with_parent(parent_pid),
+      [
+        worker_binary_path(),
+        f'--port={self.port}',
+        '--max_concurrent_computation_calls='
+        f'{max_concurrent_computation_calls}',
+      ],
+      stdout=subprocess.DEVNULL,
+      stderr=sys.stderr,
+      env=env,
+      preexec_fn=lambda: _die_with_parent(parent_pid),
     )
     atexit.register(self.stop)
 
@@ -143,8 +141,9 @@ class WorkerProcess:
       self._process.wait()
 
 
-def connect(address: str, *, timeout: float = 60.0,
-            worker: Optional[WorkerProcess] = None):
+def connect(
+  address: str, *, timeout: float = 60.0, worker: Optional[WorkerProcess] = None
+):
   """Returns a ready gRPC stub for the TFF worker at `address`."""
   channel = grpc.insecure_channel(address, _GRPC_OPTIONS)
   stub = tff.framework.RemoteExecutorGrpcStub(channel)
@@ -152,13 +151,13 @@ def connect(address: str, *, timeout: float = 60.0,
   while not stub.is_ready:
     if worker is not None and worker.poll() is not None:
       raise RuntimeError(
-          f'The TFF worker for {address} exited with code {worker.poll()} '
-          'before it was ready.'
+        f'The TFF worker for {address} exited with code {worker.poll()} '
+        'before it was ready.'
       )
     if time.monotonic() > deadline:
       raise TimeoutError(
-          f'No TFF worker answered at {address} within {timeout:.0f} s. '
-          'Check that the worker is running and the address is right.'
+        f'No TFF worker answered at {address} within {timeout:.0f} s. '
+        'Check that the worker is running and the address is right.'
       )
     time.sleep(0.05)
   return stub
@@ -174,9 +173,9 @@ def _executor_factory(stub, address: str):
   def stack_fn(cardinalities):
     if not stub.is_ready:
       raise WorkerUnavailableError(
-          f'The TFF worker at {address} is not reachable (it was stopped or '
-          'crashed). Restart the run with the same flags to resume from its '
-          'last checkpoint.'
+        f'The TFF worker at {address} is not reachable (it was stopped or '
+        'crashed). Restart the run with the same flags to resume from its '
+        'last checkpoint.'
       )
     cardinalities.setdefault(tff.CLIENTS, 0)
     # Each result is released in the worker as soon as the driver drops it.
@@ -196,7 +195,8 @@ def _secure_intrinsics(block) -> set[str]:
   while pending:
     node = pending.pop()
     if isinstance(node, tff.framework.Intrinsic) and node.uri.startswith(
-        'federated_secure'):
+      'federated_secure'
+    ):
       found.add(node.uri)
     pending.extend(node.children())
   return found
@@ -211,10 +211,11 @@ def compile_native(comp):
   secure = _secure_intrinsics(comp.to_building_block())
   if secure:
     raise ValueError(
-        f'This computation uses {", ".join(sorted(secure))}, which TFF\'s '
-        'local runtime cannot run: simulate it with '
-        'runtime.use_local_worker(simulate_secure_aggregation=True) '
-        '(secure sums become plain sums; docs/privacy.md).')
+      f"This computation uses {', '.join(sorted(secure))}, which TFF's "
+      'local runtime cannot run: simulate it with '
+      'runtime.use_local_worker(simulate_secure_aggregation=True) '
+      '(secure sums become plain sums; docs/privacy.md).'
+    )
   return tff.backends.native.desugar_and_transform_to_native(comp)
 
 
@@ -239,22 +240,27 @@ def _compile_to_mergeable_simulating_secure_aggregation(comp):
   return tff.backends.native.compile_to_mergeable_comp_form(comp)
 
 
-def _context(stub, address: str, *, asynchronous: bool,
-             simulate_secure_aggregation: bool = False):
+def _context(
+  stub,
+  address: str,
+  *,
+  asynchronous: bool,
+  simulate_secure_aggregation: bool = False,
+):
   context_class = (
-      tff.framework.AsyncExecutionContext
-      if asynchronous
-      else tff.framework.SyncExecutionContext
+    tff.framework.AsyncExecutionContext
+    if asynchronous
+    else tff.framework.SyncExecutionContext
   )
   return context_class(
-      _executor_factory(stub, address),
-      compiler_fn=(
-          compile_simulating_secure_aggregation
-          if simulate_secure_aggregation
-          else compile_native
-      ),
-      transform_args=tff.tensorflow.transform_args,
-      transform_result=tff.tensorflow.transform_result,
+    _executor_factory(stub, address),
+    compiler_fn=(
+      compile_simulating_secure_aggregation
+      if simulate_secure_aggregation
+      else compile_native
+    ),
+    transform_args=tff.tensorflow.transform_args,
+    transform_result=tff.tensorflow.transform_result,
   )
 
 
@@ -264,11 +270,11 @@ _local_workers: list[WorkerProcess] = []
 
 
 def use_workers(
-    addresses: Sequence[str],
-    *,
-    local_workers: Sequence[WorkerProcess] = (),
-    timeout: float = 60.0,
-    simulate_secure_aggregation: bool = False,
+  addresses: Sequence[str],
+  *,
+  local_workers: Sequence[WorkerProcess] = (),
+  timeout: float = 60.0,
+  simulate_secure_aggregation: bool = False,
 ) -> None:
   """Runs TFF computations on the workers at `addresses` (`host:port`).
 
@@ -292,38 +298,46 @@ def use_workers(
     raise ValueError('use_workers needs at least one address.')
   processes = {w.address: w for w in local_workers}
   stubs = {
-      a: connect(a, timeout=timeout, worker=processes.get(a))
-      for a in addresses
+    a: connect(a, timeout=timeout, worker=processes.get(a)) for a in addresses
   }
   _install_context(
-      addresses, stubs,
-      simulate_secure_aggregation=simulate_secure_aggregation)
+    addresses, stubs, simulate_secure_aggregation=simulate_secure_aggregation
+  )
   _stubs.clear()
   _stubs.update(stubs)
   logging.info('TFF computations run on %s', ', '.join(addresses))
 
 
-def _install_context(addresses: Sequence[str], stubs, *,
-                     simulate_secure_aggregation: bool = False) -> None:
+def _install_context(
+  addresses: Sequence[str], stubs, *, simulate_secure_aggregation: bool = False
+) -> None:
   if len(addresses) == 1:
     (address,) = addresses
     tff.framework.set_default_context(
-        _context(stubs[address], address, asynchronous=False,
-                 simulate_secure_aggregation=simulate_secure_aggregation)
+      _context(
+        stubs[address],
+        address,
+        asynchronous=False,
+        simulate_secure_aggregation=simulate_secure_aggregation,
+      )
     )
   elif simulate_secure_aggregation:
     # The mergeable compiler splits the computation at its aggregations, so
     # the secure sums are replaced before it runs.
     tff.framework.set_default_context(
-        tff.framework.MergeableCompExecutionContext(
-            [_context(stubs[a], a, asynchronous=True,
-                      simulate_secure_aggregation=True) for a in addresses],
-            compiler_fn=_compile_to_mergeable_simulating_secure_aggregation,
-        )
+      tff.framework.MergeableCompExecutionContext(
+        [
+          _context(
+            stubs[a], a, asynchronous=True, simulate_secure_aggregation=True
+          )
+          for a in addresses
+        ],
+        compiler_fn=_compile_to_mergeable_simulating_secure_aggregation,
+      )
     )
   else:
     tff.backends.native.set_mergeable_comp_execution_context(
-        [_context(stubs[a], a, asynchronous=True) for a in addresses]
+      [_context(stubs[a], a, asynchronous=True) for a in addresses]
     )
 
 
@@ -333,11 +347,11 @@ def unreachable_workers() -> list[str]:
 
 
 def start_local_workers(
-    num_workers: int,
-    *,
-    max_concurrent_computation_calls: int = -1,
-    gpus: Sequence[str] = (),
-    ports: Sequence[int] = (),
+  num_workers: int,
+  *,
+  max_concurrent_computation_calls: int = -1,
+  gpus: Sequence[str] = (),
+  ports: Sequence[int] = (),
 ) -> list[WorkerProcess]:
   """Starts `num_workers` local workers bound to this process.
 
@@ -355,18 +369,20 @@ def start_local_workers(
     if gpus:
       env = dict(os.environ, CUDA_VISIBLE_DEVICES=str(gpus[i % len(gpus)]))
     workers.append(
-        WorkerProcess(
-            max_concurrent_computation_calls=max_concurrent_computation_calls,
-            port=ports[i] if ports else None,
-            env=env,
-        )
+      WorkerProcess(
+        max_concurrent_computation_calls=max_concurrent_computation_calls,
+        port=ports[i] if ports else None,
+        env=env,
+      )
     )
   return workers
 
 
 def use_local_workers(
-    num_workers: int = 1, *, max_concurrent_computation_calls: int = -1,
-    simulate_secure_aggregation: bool = False,
+  num_workers: int = 1,
+  *,
+  max_concurrent_computation_calls: int = -1,
+  simulate_secure_aggregation: bool = False,
 ) -> list[WorkerProcess]:
   """Runs TFF computations on `num_workers` local workers bound to this process.
 
@@ -387,37 +403,41 @@ def use_local_workers(
   """
   alive = [w for w in _local_workers if w.poll() is None]
   if (
-      len(alive) == num_workers == len(_local_workers)
-      and all(
-          w.max_concurrent_computation_calls
-          == max_concurrent_computation_calls
-          for w in alive
-      )
-      and set(_stubs) == {w.address for w in alive}
+    len(alive) == num_workers == len(_local_workers)
+    and all(
+      w.max_concurrent_computation_calls == max_concurrent_computation_calls
+      for w in alive
+    )
+    and set(_stubs) == {w.address for w in alive}
   ):
     # Same workers; the synchronous context again (after, e.g.,
     # `native_federated_context`).
     _install_context(
-        [w.address for w in alive], _stubs,
-        simulate_secure_aggregation=simulate_secure_aggregation)
+      [w.address for w in alive],
+      _stubs,
+      simulate_secure_aggregation=simulate_secure_aggregation,
+    )
     return list(alive)
   for worker in _local_workers:
     worker.stop()
   workers = start_local_workers(
-      num_workers,
-      max_concurrent_computation_calls=max_concurrent_computation_calls,
+    num_workers,
+    max_concurrent_computation_calls=max_concurrent_computation_calls,
   )
-  use_workers([w.address for w in workers], local_workers=workers,
-              simulate_secure_aggregation=simulate_secure_aggregation)
+  use_workers(
+    [w.address for w in workers],
+    local_workers=workers,
+    simulate_secure_aggregation=simulate_secure_aggregation,
+  )
   _local_workers[:] = workers
   logging.info('Local TFF worker pids %s', [w.pid for w in workers])
   return workers
 
 
 def native_federated_context(
-    max_concurrent_computation_calls: int = -1,
-    *,
-    simulate_secure_aggregation: bool = False,
+  max_concurrent_computation_calls: int = -1,
+  *,
+  simulate_secure_aggregation: bool = False,
 ) -> tff.program.NativeFederatedContext:
   """A `tff.program.NativeFederatedContext` on a local worker of this process.
 
@@ -432,19 +452,25 @@ def native_federated_context(
   sums run as plain sums; simulation only).
   """
   worker = use_local_worker(
-      max_concurrent_computation_calls,
-      simulate_secure_aggregation=simulate_secure_aggregation)
+    max_concurrent_computation_calls,
+    simulate_secure_aggregation=simulate_secure_aggregation,
+  )
   context = tff.program.NativeFederatedContext(
-      _context(_stubs[worker.address], worker.address, asynchronous=True,
-               simulate_secure_aggregation=simulate_secure_aggregation))
+    _context(
+      _stubs[worker.address],
+      worker.address,
+      asynchronous=True,
+      simulate_secure_aggregation=simulate_secure_aggregation,
+    )
+  )
   tff.framework.set_default_context(context)
   return context
 
 
 def use_local_worker(
-    max_concurrent_computation_calls: int = -1,
-    *,
-    simulate_secure_aggregation: bool = False,
+  max_concurrent_computation_calls: int = -1,
+  *,
+  simulate_secure_aggregation: bool = False,
 ) -> WorkerProcess:
   """`use_local_workers(1, ...)`: TFF's usual local runtime, safely.
 
@@ -463,7 +489,8 @@ def use_local_worker(
       compute. docs/privacy.md lists which methods compose with it.
   """
   (worker,) = use_local_workers(
-      1, max_concurrent_computation_calls=max_concurrent_computation_calls,
-      simulate_secure_aggregation=simulate_secure_aggregation,
+    1,
+    max_concurrent_computation_calls=max_concurrent_computation_calls,
+    simulate_secure_aggregation=simulate_secure_aggregation,
   )
   return worker

@@ -26,28 +26,31 @@ from tensorflow_federated.python.learning.optimizers import adam as _adam
 from tensorflow_federated.python.learning.optimizers import sgdm as _sgdm
 from tensorflow_federated.python.learning.optimizers import yogi as _yogi
 from tensorflow_federated.python.learning.templates import (
-    model_delta_client_work as _model_delta_client_work)
+  model_delta_client_work as _model_delta_client_work,
+)
 # pylint: enable=g-direct-tensorflow-import
 
 SUPPORTED_TFF_VERSION = '0.87.0'
 
 if tff.__version__ != SUPPORTED_TFF_VERSION:
   warnings.warn(
-      f'tff_aggregators was written for TensorFlow Federated '
-      f'{SUPPORTED_TFF_VERSION}, found {tff.__version__}: it uses private TFF '
-      'APIs (tff_aggregators/tff_compat.py); run tests/tff_compat_test.py.',
-      RuntimeWarning, stacklevel=2)
+    f'tff_aggregators was written for TensorFlow Federated '
+    f'{SUPPORTED_TFF_VERSION}, found {tff.__version__}: it uses private TFF '
+    'APIs (tff_aggregators/tff_compat.py); run tests/tff_compat_test.py.',
+    RuntimeWarning,
+    stacklevel=2,
+  )
 
 
-def build_training_loop(
-    loop_implementation: tff.learning.LoopImplementation):
+def build_training_loop(loop_implementation: tff.learning.LoopImplementation):
   """TFF's client training loop: `fn(reduce_fn, dataset, initial_state_fn)`.
 
   `loop_builder.build_training_loop`, as `build_model_delta_client_work`
   uses it.
   """
   return _loop_builder.build_training_loop(
-      loop_implementation=loop_implementation)
+    loop_implementation=loop_implementation
+  )
 
 
 def zero_all_if_any_non_finite(structure: Any) -> tuple[Any, tf.Tensor]:
@@ -56,14 +59,19 @@ def zero_all_if_any_non_finite(structure: Any) -> tuple[Any, tf.Tensor]:
 
 
 def build_model_delta_update_with_tff_optimizer(
-    model_fn, *, weighting, loop_implementation):
+  model_fn, *, weighting, loop_implementation
+):
   """The client update function of TFF's model-delta client work."""
   return _model_delta_client_work.build_model_delta_update_with_tff_optimizer(
-      model_fn, weighting=weighting, loop_implementation=loop_implementation)
+    model_fn, weighting=weighting, loop_implementation=loop_implementation
+  )
 
 
-_OPTIMIZER_KINDS = ((_sgdm._SGD, 'sgdm'), (_adam._Adam, 'adam'),
-                    (_yogi._Yogi, 'yogi'))
+_OPTIMIZER_KINDS = (
+  (_sgdm._SGD, 'sgdm'),
+  (_adam._Adam, 'adam'),
+  (_yogi._Yogi, 'yogi'),
+)
 
 
 def optimizer_kind(optimizer: Any) -> Optional[str]:

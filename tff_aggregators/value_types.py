@@ -39,15 +39,15 @@ def template(value_type: Any):
   value_type = to_type(value_type)
   if isinstance(value_type, tff.FederatedType):
     raise TypeError(
-        f'Expected an unplaced value type, got the federated {value_type}.'
+      f'Expected an unplaced value type, got the federated {value_type}.'
     )
   if not tff.types.contains_only(
-      value_type,
-      lambda t: isinstance(t, (tff.TensorType, tff.StructWithPythonType)),
+    value_type,
+    lambda t: isinstance(t, (tff.TensorType, tff.StructWithPythonType)),
   ):
     raise TypeError(
-        'The value type must be a tensor or a structure of tensors in Python '
-        f'containers (as `tff.learning` produces), got {value_type}.'
+      'The value type must be a tensor or a structure of tensors in Python '
+      f'containers (as `tff.learning` produces), got {value_type}.'
     )
   return tff.types.structure_from_tensor_type_tree(_Leaf, value_type)
 
@@ -84,13 +84,13 @@ def check_float_leaves(value_type: Any, method: str) -> list[tff.TensorType]:
   for leaf in leaves:
     if not is_float(leaf.dtype):
       raise TypeError(
-          f'{method} aggregates floating-point values only; got a '
-          f'{leaf.dtype} leaf in {value_type}. Cast integer leaves to a float '
-          'dtype on the clients first.'
+        f'{method} aggregates floating-point values only; got a '
+        f'{leaf.dtype} leaf in {value_type}. Cast integer leaves to a float '
+        'dtype on the clients first.'
       )
     if leaf.shape is None or not tff.types.is_shape_fully_defined(leaf.shape):
       raise TypeError(
-          f'{method} needs fully defined shapes; got {leaf} in {value_type}.'
+        f'{method} needs fully defined shapes; got {leaf} in {value_type}.'
       )
   return leaves
 
@@ -99,14 +99,15 @@ def check_scalar_weight(weight_type: Any, method: str) -> tff.TensorType:
   """`weight_type` as a `tff.TensorType`; raises unless a numeric scalar."""
   weight_type = to_type(weight_type)
   if (
-      not isinstance(weight_type, tff.TensorType)
-      or weight_type.shape is None
-      or tuple(weight_type.shape)
-      or not (
-          np.issubdtype(weight_type.dtype, np.floating)
-          or np.issubdtype(weight_type.dtype, np.integer)
-      )
+    not isinstance(weight_type, tff.TensorType)
+    or weight_type.shape is None
+    or tuple(weight_type.shape)
+    or not (
+      np.issubdtype(weight_type.dtype, np.floating)
+      or np.issubdtype(weight_type.dtype, np.integer)
+    )
   ):
     raise TypeError(
-        f'{method} needs a numeric scalar weight, got {weight_type}.')
+      f'{method} needs a numeric scalar weight, got {weight_type}.'
+    )
   return weight_type

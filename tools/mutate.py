@@ -47,51 +47,79 @@ import time
 import tokenize
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RULE_DIRS = ('tff_aggregators/aggregators', 'tff_aggregators/finalizers',
-             'tff_aggregators/client_works')
+RULE_DIRS = (
+  'tff_aggregators/aggregators',
+  'tff_aggregators/finalizers',
+  'tff_aggregators/client_works',
+)
 
 # Rule file -> fast test modules (or `module:Class.test_name` selections).
 TESTS = {
-    'tff_aggregators/aggregators/collect.py': ['collect_test'],
-    'tff_aggregators/aggregators/fedglad.py': [
-        'fedglad_test', 'fedglad_process_test'],
-    'tff_aggregators/aggregators/fedlws_stats.py': [
-        'fedlws_stats_test', 'fedlws_process_test'],
-    'tff_aggregators/finalizers/fedcda.py': [
-        'fedcda_test:FedCdaTest.test_rounds_match_numpy_k3_b2',
-        'fedcda_test:FedCdaTest.test_rounds_match_numpy_b1_exhaustive_large_smoothness',
-        'fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
-    ],
-    'tff_aggregators/finalizers/fedlaw.py': [
-        'fedlaw_test', 'fedlaw_rounds_test'],
-    'tff_aggregators/finalizers/fedlws.py': ['fedlws_test'],
-    'tff_aggregators/finalizers/fedsa.py': ['fedsa_test'],
-    'tff_aggregators/finalizers/glad_adaptive.py': ['glad_adaptive_test'],
-    'tff_aggregators/finalizers/on_collected.py': ['fedsa_test'],
-    'tff_aggregators/finalizers/server_step.py': [
-        'fedlws_test', 'nonfinite_step_test'],
-    'tff_aggregators/client_works/identified.py': [
-        'fedcda_client_ids_test',
-        'fedcda_test:FedCdaTest.test_client_reports_the_last_epoch_loss_last_epoch',
-        'fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
-    ],
-    'tff_aggregators/client_works/proximal.py': ['proximal_test'],
-    'tff_aggregators/client_works/with_hparams.py': ['proximal_test'],
+  'tff_aggregators/aggregators/collect.py': ['collect_test'],
+  'tff_aggregators/aggregators/fedglad.py': [
+    'fedglad_test',
+    'fedglad_process_test',
+  ],
+  'tff_aggregators/aggregators/fedlws_stats.py': [
+    'fedlws_stats_test',
+    'fedlws_process_test',
+  ],
+  'tff_aggregators/finalizers/fedcda.py': [
+    'fedcda_test:FedCdaTest.test_rounds_match_numpy_k3_b2',
+    'fedcda_test:FedCdaTest.test_rounds_match_numpy_b1_exhaustive_large_smoothness',
+    'fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
+  ],
+  'tff_aggregators/finalizers/fedlaw.py': ['fedlaw_test', 'fedlaw_rounds_test'],
+  'tff_aggregators/finalizers/fedlws.py': ['fedlws_test'],
+  'tff_aggregators/finalizers/fedsa.py': ['fedsa_test'],
+  'tff_aggregators/finalizers/glad_adaptive.py': ['glad_adaptive_test'],
+  'tff_aggregators/finalizers/on_collected.py': ['fedsa_test'],
+  'tff_aggregators/finalizers/server_step.py': [
+    'fedlws_test',
+    'nonfinite_step_test',
+  ],
+  'tff_aggregators/client_works/identified.py': [
+    'fedcda_client_ids_test',
+    'fedcda_test:FedCdaTest.test_client_reports_the_last_epoch_loss_last_epoch',
+    'fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
+  ],
+  'tff_aggregators/client_works/proximal.py': ['proximal_test'],
+  'tff_aggregators/client_works/with_hparams.py': ['proximal_test'],
 }
 
 _OPERATORS = {
-    '+': ['-'], '-': ['+'], '*': ['/'], '/': ['*'], '//': ['/'],
-    '<': ['<='], '<=': ['<'], '>': ['>='], '>=': ['>'],
-    '==': ['!='], '!=': ['=='], '**': ['*'],
+  '+': ['-'],
+  '-': ['+'],
+  '*': ['/'],
+  '/': ['*'],
+  '//': ['/'],
+  '<': ['<='],
+  '<=': ['<'],
+  '>': ['>='],
+  '>=': ['>'],
+  '==': ['!='],
+  '!=': ['=='],
+  '**': ['*'],
 }
 _NAMES = {
-    'True': ['False'], 'False': ['True'], 'and': ['or'], 'or': ['and'],
-    'minimum': ['maximum'], 'maximum': ['minimum'],
-    'reduce_sum': ['reduce_mean'], 'reduce_mean': ['reduce_sum'],
-    'reduce_all': ['reduce_any'], 'reduce_any': ['reduce_all'],
-    'logical_and': ['logical_or'], 'logical_or': ['logical_and'],
-    'floor': ['ceil'], 'ceil': ['floor'], 'argmin': ['argmax'],
-    'argmax': ['argmin'], 'sqrt': ['square'], 'square': ['sqrt'],
+  'True': ['False'],
+  'False': ['True'],
+  'and': ['or'],
+  'or': ['and'],
+  'minimum': ['maximum'],
+  'maximum': ['minimum'],
+  'reduce_sum': ['reduce_mean'],
+  'reduce_mean': ['reduce_sum'],
+  'reduce_all': ['reduce_any'],
+  'reduce_any': ['reduce_all'],
+  'logical_and': ['logical_or'],
+  'logical_or': ['logical_and'],
+  'floor': ['ceil'],
+  'ceil': ['floor'],
+  'argmin': ['argmax'],
+  'argmax': ['argmin'],
+  'sqrt': ['square'],
+  'square': ['sqrt'],
 }
 
 
@@ -118,17 +146,24 @@ def _number_mutations(token: str) -> list[str]:
     return ['1']
   if value == 1:
     return ['0', '2']
-  return [repr(2 * value) if '.' in token or 'e' in token.lower()
-          else str(2 * int(value))]
+  return [
+    repr(2 * value)
+    if '.' in token or 'e' in token.lower()
+    else str(2 * int(value))
+  ]
 
 
 def _docstring_lines(text: str) -> set[int]:
   """Lines of strings that stand alone as statements (docstrings)."""
   import ast  # pylint: disable=g-import-not-at-top
+
   lines = set()
   for node in ast.walk(ast.parse(text)):
-    if (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
-        and isinstance(node.value.value, str)):
+    if (
+      isinstance(node, ast.Expr)
+      and isinstance(node.value, ast.Constant)
+      and isinstance(node.value.value, str)
+    ):
       lines.update(range(node.lineno, node.end_lineno + 1))
   return lines
 
@@ -149,7 +184,8 @@ def mutants_of(path: str, text: str) -> list[Mutant]:
     following = tokens[i + 1].string if i + 1 < len(tokens) else ''
     if token.type == tokenize.OP and token.string in _OPERATORS:
       if token.string in ('*', '**', '/') and (
-          previous in ('(', ',', '') or following in (',', ')')):
+        previous in ('(', ',', '') or following in (',', ')')
+      ):
         continue  # *args, **kwargs, and the bare * and / of a signature.
       replacements = list(_OPERATORS[token.string])
       if token.string == '-' and previous in ('(', ',', '=', '[', 'return'):
@@ -174,14 +210,18 @@ def mutants_of(path: str, text: str) -> list[Mutant]:
 def copy_repository(destination: str, head: bool = False) -> None:
   """The tracked files into `destination`: the working tree's, or HEAD's."""
   if head:
-    archive = subprocess.run(['git', 'archive', 'HEAD'], cwd=ROOT, check=True,
-                             capture_output=True).stdout
-    subprocess.run(['tar', '-x', '-C', destination], input=archive,
-                   check=True)
+    archive = subprocess.run(
+      ['git', 'archive', 'HEAD'], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    subprocess.run(['tar', '-x', '-C', destination], input=archive, check=True)
     return
-  files = subprocess.run(
+  files = (
+    subprocess.run(
       ['git', 'ls-files', '-z'], cwd=ROOT, check=True, capture_output=True
-  ).stdout.decode().split('\0')
+    )
+    .stdout.decode()
+    .split('\0')
+  )
   for name in filter(None, files):
     source = os.path.join(ROOT, name)
     if not os.path.isfile(source):
@@ -191,9 +231,12 @@ def copy_repository(destination: str, head: bool = False) -> None:
     shutil.copy2(source, target)
   for name in os.listdir(os.path.join(ROOT, 'tests')):  # New test files too.
     if name.endswith('.py') and not os.path.exists(
-        os.path.join(destination, 'tests', name)):
-      shutil.copy2(os.path.join(ROOT, 'tests', name),
-                   os.path.join(destination, 'tests', name))
+      os.path.join(destination, 'tests', name)
+    ):
+      shutil.copy2(
+        os.path.join(ROOT, 'tests', name),
+        os.path.join(destination, 'tests', name),
+      )
 
 
 def run_tests(copy: str, selections: list[str], timeout: float) -> bool:
@@ -202,10 +245,16 @@ def run_tests(copy: str, selections: list[str], timeout: float) -> bool:
   for selection in selections:
     module, _, names = selection.partition(':')
     command = [sys.executable, '-m', f'tests.{module}'] + (
-        names.split(',') if names else [])
+      names.split(',') if names else []
+    )
     process = subprocess.Popen(
-        command, cwd=copy, env=env, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True)
+      command,
+      cwd=copy,
+      env=env,
+      stdout=subprocess.DEVNULL,
+      stderr=subprocess.DEVNULL,
+      start_new_session=True,
+    )
     try:
       if process.wait(timeout=timeout) != 0:
         return False
@@ -218,23 +267,40 @@ def run_tests(copy: str, selections: list[str], timeout: float) -> bool:
 
 def main(argv=None) -> int:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  parser.add_argument('--files', default='',
-                      help='Comma-separated rule files (default: all in '
-                      'TESTS).')
-  parser.add_argument('--max_mutants', type=int, default=8,
-                      help='At most this many mutants per file (0: all, '
-                      'about 1,000 mutants: days on 2 cores).')
+  parser.add_argument(
+    '--files',
+    default='',
+    help='Comma-separated rule files (default: all in TESTS).',
+  )
+  parser.add_argument(
+    '--max_mutants',
+    type=int,
+    default=8,
+    help='At most this many mutants per file (0: all, '
+    'about 1,000 mutants: days on 2 cores).',
+  )
   parser.add_argument('--seed', type=int, default=0)
-  parser.add_argument('--timeout', type=float, default=900,
-                      help='Seconds per test module and mutant.')
-  parser.add_argument('--tests', default='',
-                      help='Override the test selections (comma-separated).')
+  parser.add_argument(
+    '--timeout',
+    type=float,
+    default=900,
+    help='Seconds per test module and mutant.',
+  )
+  parser.add_argument(
+    '--tests',
+    default='',
+    help='Override the test selections (comma-separated).',
+  )
   parser.add_argument('--report', default='', help='Write a JSON report.')
-  parser.add_argument('--head', action='store_true',
-                      help='Mutate the last commit, not the working tree '
-                      '(whose other files may be mid-edit).')
-  parser.add_argument('--list', action='store_true',
-                      help='Only count the mutants of each file.')
+  parser.add_argument(
+    '--head',
+    action='store_true',
+    help='Mutate the last commit, not the working tree '
+    '(whose other files may be mid-edit).',
+  )
+  parser.add_argument(
+    '--list', action='store_true', help='Only count the mutants of each file.'
+  )
   args = parser.parse_args(argv)
   files = [f for f in args.files.split(',') if f] or sorted(TESTS)
   for name in files:
@@ -250,11 +316,19 @@ def main(argv=None) -> int:
       mutants = mutants_of(name, original)
       random.Random(f'{args.seed}:{name}').shuffle(mutants)
       if args.max_mutants:
-        mutants = mutants[:args.max_mutants]
-      selections = ([t for t in args.tests.split(',') if t] if args.tests
-                    else TESTS.get(name, []))
-      entry = dict(tests=selections, candidates=len(mutants_of(name, original)),
-                   run=0, killed=0, survived=[])
+        mutants = mutants[: args.max_mutants]
+      selections = (
+        [t for t in args.tests.split(',') if t]
+        if args.tests
+        else TESTS.get(name, [])
+      )
+      entry = dict(
+        tests=selections,
+        candidates=len(mutants_of(name, original)),
+        run=0,
+        killed=0,
+        survived=[],
+      )
       report[name] = entry
       if args.list:
         print(f'{name}: {entry["candidates"]} mutants')
@@ -269,8 +343,9 @@ def main(argv=None) -> int:
         continue
       for mutant in mutants:
         with open(path, 'w') as f:
-          f.write(original[:mutant.start] + mutant.new
-                  + original[mutant.end:])
+          f.write(
+            original[: mutant.start] + mutant.new + original[mutant.end :]
+          )
         try:
           killed = not run_tests(copy, selections, args.timeout)
         finally:
@@ -280,13 +355,18 @@ def main(argv=None) -> int:
         entry['killed'] += killed
         if not killed:
           entry['survived'].append(mutant.describe(original))
-        print(f'{"killed  " if killed else "SURVIVED"} '
-              f'{mutant.describe(original)}', flush=True)
+        print(
+          f'{"killed  " if killed else "SURVIVED"} {mutant.describe(original)}',
+          flush=True,
+        )
       entry['seconds'] = round(time.time() - started)
       score = entry['killed'] / entry['run'] if entry['run'] else float('nan')
-      print(f'{name}: {entry["killed"]}/{entry["run"]} killed '
-            f'({score:.0%}) of {entry["candidates"]} candidates, '
-            f'{entry["seconds"]} s', flush=True)
+      print(
+        f'{name}: {entry["killed"]}/{entry["run"]} killed '
+        f'({score:.0%}) of {entry["candidates"]} candidates, '
+        f'{entry["seconds"]} s',
+        flush=True,
+      )
   if args.report:
     with open(args.report, 'w') as f:
       json.dump(report, f, indent=2)

@@ -98,219 +98,289 @@ class Cell:
 
   def headline_methods(self) -> tuple[str, ...]:
     """The methods under test (`headline`, else all but the baseline)."""
-    return self.headline or tuple(
-        m for m in self.methods if m != self.baseline)
+    return self.headline or tuple(m for m in self.methods if m != self.baseline)
 
 
 FEDLAW = Cell(
-    name='fedlaw',
-    title='FedLAW, Table 3 (E = 3, 20 clients, proxy 10 per class)',
-    source='Li et al., ICML 2023, Table 3',
-    rounds=200,
-    seeds=(8, 9, 10),
-    common=dict(
-        num_clients=20, clients_per_round=20, local_epochs=3,
-        batch_size=128, client_optimizer='sgd', client_lr=0.08,
-        client_momentum=0.9, weight_decay=5e-4, client_lr_decay=0.99,
-        normalization='unit', partition='dirichlet', proxy_size=100,
-        proxy_distribution='balanced', server_optimizer='sgd', server_lr=1.0,
-    ),
-    settings={
-        'mlp_alpha100': dict(model='mlp', alpha=100.0),
-        'mlp_alpha0.1': dict(model='mlp', alpha=0.1),
-        'lenet_alpha100': dict(model='lenet', alpha=100.0),
-        'lenet_alpha0.1': dict(model='lenet', alpha=0.1),
-    },
-    methods={
-        'fedavg': dict(aggregator='fedavg'),
-        'fedlaw': dict(aggregator='fedlaw', fedlaw_variant='fedlaw'),
-        'fedlaw_swa': dict(aggregator='fedlaw', fedlaw_variant='swa'),
-    },
-    baseline='fedavg',
-    paper={
-        ('mlp_alpha100', 'fedavg'): 89.29,
-        ('lenet_alpha100', 'fedavg'): 90.54,
-        ('mlp_alpha0.1', 'fedavg'): 85.11,
-        ('lenet_alpha0.1', 'fedavg'): 88.08,
-        ('mlp_alpha100', 'fedlaw'): 88.51,
-        ('lenet_alpha100', 'fedlaw'): 90.66,
-        ('mlp_alpha0.1', 'fedlaw'): 86.30,
-        ('lenet_alpha0.1', 'fedlaw'): 88.26,
-        ('mlp_alpha100', 'fedlaw_swa'): 88.27,
-        ('lenet_alpha100', 'fedlaw_swa'): 90.51,
-        ('mlp_alpha0.1', 'fedlaw_swa'): 86.89,
-        ('lenet_alpha0.1', 'fedlaw_swa'): 88.18,
-    },
-    reduced_rounds={'lenet_alpha100': 100, 'lenet_alpha0.1': 100},
+  name='fedlaw',
+  title='FedLAW, Table 3 (E = 3, 20 clients, proxy 10 per class)',
+  source='Li et al., ICML 2023, Table 3',
+  rounds=200,
+  seeds=(8, 9, 10),
+  common=dict(
+    num_clients=20,
+    clients_per_round=20,
+    local_epochs=3,
+    batch_size=128,
+    client_optimizer='sgd',
+    client_lr=0.08,
+    client_momentum=0.9,
+    weight_decay=5e-4,
+    client_lr_decay=0.99,
+    normalization='unit',
+    partition='dirichlet',
+    proxy_size=100,
+    proxy_distribution='balanced',
+    server_optimizer='sgd',
+    server_lr=1.0,
+  ),
+  settings={
+    'mlp_alpha100': dict(model='mlp', alpha=100.0),
+    'mlp_alpha0.1': dict(model='mlp', alpha=0.1),
+    'lenet_alpha100': dict(model='lenet', alpha=100.0),
+    'lenet_alpha0.1': dict(model='lenet', alpha=0.1),
+  },
+  methods={
+    'fedavg': dict(aggregator='fedavg'),
+    'fedlaw': dict(aggregator='fedlaw', fedlaw_variant='fedlaw'),
+    'fedlaw_swa': dict(aggregator='fedlaw', fedlaw_variant='swa'),
+  },
+  baseline='fedavg',
+  paper={
+    ('mlp_alpha100', 'fedavg'): 89.29,
+    ('lenet_alpha100', 'fedavg'): 90.54,
+    ('mlp_alpha0.1', 'fedavg'): 85.11,
+    ('lenet_alpha0.1', 'fedavg'): 88.08,
+    ('mlp_alpha100', 'fedlaw'): 88.51,
+    ('lenet_alpha100', 'fedlaw'): 90.66,
+    ('mlp_alpha0.1', 'fedlaw'): 86.30,
+    ('lenet_alpha0.1', 'fedlaw'): 88.26,
+    ('mlp_alpha100', 'fedlaw_swa'): 88.27,
+    ('lenet_alpha100', 'fedlaw_swa'): 90.51,
+    ('mlp_alpha0.1', 'fedlaw_swa'): 86.89,
+    ('lenet_alpha0.1', 'fedlaw_swa'): 88.18,
+  },
+  reduced_rounds={'lenet_alpha100': 100, 'lenet_alpha0.1': 100},
 )
 
 _FEDCDA_WARMUP = 50
-_FEDCDA = dict(aggregator='fedcda', fedcda_batches=3, fedcda_l=1.0,
-               fedcda_history='memory')
+_FEDCDA = dict(
+  aggregator='fedcda', fedcda_batches=3, fedcda_l=1.0, fedcda_history='memory'
+)
 # A warm-up no run reaches: FedCDA's warm-up aggregation is FedAvg's.
 _FEDCDA_NEVER_SELECTS = 1_000_000
 
 FEDCDA = Cell(
-    name='fedcda',
-    title='FedCDA, Table 1 (N = 20, P = 4, E = 20, simple CNN)',
-    source='Wang et al., ICLR 2024, Table 1',
-    rounds=200,
-    seeds=(0, 1),
-    common=dict(
-        model='fedavg_cnn', num_clients=20, clients_per_round=4,
-        local_epochs=20, batch_size=64, client_optimizer='sgd',
-        client_lr=1e-3, client_momentum=1e-4, weight_decay=1e-5,
-        normalization='unit', proxy_size=0, server_optimizer='sgd',
-        server_lr=1.0,
-    ),
-    settings={
-        'dirichlet0.1': dict(partition='dirichlet', alpha=0.1),
-        'dirichlet0.3': dict(partition='dirichlet', alpha=0.3),
-        'shards2': dict(partition='shards', shards_per_client=2),
-    },
-    methods={
-        'fedavg': dict(_FEDCDA, fedcda_k=3,
-                       fedcda_warmup=_FEDCDA_NEVER_SELECTS),
-        'fedcda': dict(_FEDCDA, fedcda_k=3, fedcda_warmup=_FEDCDA_WARMUP),
-        'fedcda_k1': dict(_FEDCDA, fedcda_k=1, fedcda_warmup=_FEDCDA_WARMUP),
-    },
-    baseline='fedavg',
-    forks={'fedavg': ('fedcda', _FEDCDA_WARMUP),
-           'fedcda_k1': ('fedcda', _FEDCDA_WARMUP)},
-    reduced_rounds=dict.fromkeys(('dirichlet0.1', 'dirichlet0.3', 'shards2'),
-                                 80),
-    paper={
-        ('dirichlet0.1', 'fedavg'): 71.81,
-        ('dirichlet0.3', 'fedavg'): 75.97,
-        ('shards2', 'fedavg'): 64.69,
-        ('dirichlet0.1', 'fedcda'): 78.63,
-        ('dirichlet0.3', 'fedcda'): 84.67,
-        ('shards2', 'fedcda'): 66.30,
-    },
+  name='fedcda',
+  title='FedCDA, Table 1 (N = 20, P = 4, E = 20, simple CNN)',
+  source='Wang et al., ICLR 2024, Table 1',
+  rounds=200,
+  seeds=(0, 1),
+  common=dict(
+    model='fedavg_cnn',
+    num_clients=20,
+    clients_per_round=4,
+    local_epochs=20,
+    batch_size=64,
+    client_optimizer='sgd',
+    client_lr=1e-3,
+    client_momentum=1e-4,
+    weight_decay=1e-5,
+    normalization='unit',
+    proxy_size=0,
+    server_optimizer='sgd',
+    server_lr=1.0,
+  ),
+  settings={
+    'dirichlet0.1': dict(partition='dirichlet', alpha=0.1),
+    'dirichlet0.3': dict(partition='dirichlet', alpha=0.3),
+    'shards2': dict(partition='shards', shards_per_client=2),
+  },
+  methods={
+    'fedavg': dict(_FEDCDA, fedcda_k=3, fedcda_warmup=_FEDCDA_NEVER_SELECTS),
+    'fedcda': dict(_FEDCDA, fedcda_k=3, fedcda_warmup=_FEDCDA_WARMUP),
+    'fedcda_k1': dict(_FEDCDA, fedcda_k=1, fedcda_warmup=_FEDCDA_WARMUP),
+  },
+  baseline='fedavg',
+  forks={
+    'fedavg': ('fedcda', _FEDCDA_WARMUP),
+    'fedcda_k1': ('fedcda', _FEDCDA_WARMUP),
+  },
+  reduced_rounds=dict.fromkeys(('dirichlet0.1', 'dirichlet0.3', 'shards2'), 80),
+  paper={
+    ('dirichlet0.1', 'fedavg'): 71.81,
+    ('dirichlet0.3', 'fedavg'): 75.97,
+    ('shards2', 'fedavg'): 64.69,
+    ('dirichlet0.1', 'fedcda'): 78.63,
+    ('dirichlet0.3', 'fedcda'): 84.67,
+    ('shards2', 'fedcda'): 66.30,
+  },
 )
 
 _FEDLWS_PROTOCOL = dict(
-    model='simple_cnn', num_clients=20, clients_per_round=20,
-    local_epochs=1, batch_size=128, client_optimizer='sgd', client_lr=0.08,
-    client_momentum=0.9, weight_decay=5e-4, client_lr_decay=0.99,
-    normalization='unit', partition='dirichlet', proxy_size=0,
-    server_optimizer='sgd', server_lr=1.0,
+  model='simple_cnn',
+  num_clients=20,
+  clients_per_round=20,
+  local_epochs=1,
+  batch_size=128,
+  client_optimizer='sgd',
+  client_lr=0.08,
+  client_momentum=0.9,
+  weight_decay=5e-4,
+  client_lr_decay=0.99,
+  normalization='unit',
+  partition='dirichlet',
+  proxy_size=0,
+  server_optimizer='sgd',
+  server_lr=1.0,
 )
 # FedProx clients of the FedLAW/FedLWS code base (docs/methods/fedlws.md).
-_FEDPROX = dict(proximal_strength=0.001, client_momentum=0.0,
-                weight_decay=0.0)
+_FEDPROX = dict(proximal_strength=0.001, client_momentum=0.0, weight_decay=0.0)
 
 FEDLWS = Cell(
-    name='fedlws',
-    title='FedLWS, Table 1 (simple CNN, 20 clients, E = 1)',
-    source='Shi et al., ICLR 2025, Table 1',
-    rounds=200,
-    seeds=(10, 11, 12),
-    common=_FEDLWS_PROTOCOL,
-    settings={
-        'alpha100': dict(alpha=100.0),
-        'alpha0.5': dict(alpha=0.5),
-        'alpha0.1': dict(alpha=0.1),
-    },
-    methods={
-        'fedavg': dict(aggregator='fedavg'),
-        'fedavg_lws': dict(aggregator='fedlws', fedlws_beta=0.1,
-                           fedlws_tau_clip='0.01,0.2'),
-        'fedprox': dict(aggregator='fedavg', **_FEDPROX),
-        'fedprox_lws': dict(aggregator='fedlws', fedlws_beta=0.1,
-                            fedlws_tau_clip='0.01,0.2', **_FEDPROX),
-        # The paper's reading (App. C.4's client optimiser for every method).
-        'fedprox_sgdm': dict(aggregator='fedavg', proximal_strength=0.001),
-        'fedprox_sgdm_lws': dict(aggregator='fedlws', fedlws_beta=0.1,
-                                 fedlws_tau_clip='0.01,0.2',
-                                 proximal_strength=0.001),
-    },
-    baseline='fedavg',
-    paper={
-        ('alpha100', 'fedavg'): 90.44, ('alpha0.5', 'fedavg'): 90.04,
-        ('alpha0.1', 'fedavg'): 88.62,
-        ('alpha100', 'fedavg_lws'): 90.99, ('alpha0.5', 'fedavg_lws'): 90.33,
-        ('alpha0.1', 'fedavg_lws'): 88.99,
-        ('alpha100', 'fedprox'): 91.24, ('alpha0.5', 'fedprox'): 90.69,
-        ('alpha0.1', 'fedprox'): 88.78,
-        ('alpha100', 'fedprox_lws'): 91.35, ('alpha0.5', 'fedprox_lws'): 91.24,
-        ('alpha0.1', 'fedprox_lws'): 89.25,
-        # The same paper rows, against the other reading of its optimiser.
-        ('alpha100', 'fedprox_sgdm'): 91.24,
-        ('alpha0.5', 'fedprox_sgdm'): 90.69,
-        ('alpha0.1', 'fedprox_sgdm'): 88.78,
-        ('alpha100', 'fedprox_sgdm_lws'): 91.35,
-        ('alpha0.5', 'fedprox_sgdm_lws'): 91.24,
-        ('alpha0.1', 'fedprox_sgdm_lws'): 89.25,
-    },
-    paired={'fedprox_lws': 'fedprox', 'fedprox_sgdm_lws': 'fedprox_sgdm'},
-    headline=('fedavg_lws', 'fedprox_lws', 'fedprox_sgdm_lws'),
-    plotted_metrics=('train/finalizer/gamma',),
-    best_round=True,
+  name='fedlws',
+  title='FedLWS, Table 1 (simple CNN, 20 clients, E = 1)',
+  source='Shi et al., ICLR 2025, Table 1',
+  rounds=200,
+  seeds=(10, 11, 12),
+  common=_FEDLWS_PROTOCOL,
+  settings={
+    'alpha100': dict(alpha=100.0),
+    'alpha0.5': dict(alpha=0.5),
+    'alpha0.1': dict(alpha=0.1),
+  },
+  methods={
+    'fedavg': dict(aggregator='fedavg'),
+    'fedavg_lws': dict(
+      aggregator='fedlws', fedlws_beta=0.1, fedlws_tau_clip='0.01,0.2'
+    ),
+    'fedprox': dict(aggregator='fedavg', **_FEDPROX),
+    'fedprox_lws': dict(
+      aggregator='fedlws',
+      fedlws_beta=0.1,
+      fedlws_tau_clip='0.01,0.2',
+      **_FEDPROX,
+    ),
+    # The paper's reading (App. C.4's client optimiser for every method).
+    'fedprox_sgdm': dict(aggregator='fedavg', proximal_strength=0.001),
+    'fedprox_sgdm_lws': dict(
+      aggregator='fedlws',
+      fedlws_beta=0.1,
+      fedlws_tau_clip='0.01,0.2',
+      proximal_strength=0.001,
+    ),
+  },
+  baseline='fedavg',
+  paper={
+    ('alpha100', 'fedavg'): 90.44,
+    ('alpha0.5', 'fedavg'): 90.04,
+    ('alpha0.1', 'fedavg'): 88.62,
+    ('alpha100', 'fedavg_lws'): 90.99,
+    ('alpha0.5', 'fedavg_lws'): 90.33,
+    ('alpha0.1', 'fedavg_lws'): 88.99,
+    ('alpha100', 'fedprox'): 91.24,
+    ('alpha0.5', 'fedprox'): 90.69,
+    ('alpha0.1', 'fedprox'): 88.78,
+    ('alpha100', 'fedprox_lws'): 91.35,
+    ('alpha0.5', 'fedprox_lws'): 91.24,
+    ('alpha0.1', 'fedprox_lws'): 89.25,
+    # The same paper rows, against the other reading of its optimiser.
+    ('alpha100', 'fedprox_sgdm'): 91.24,
+    ('alpha0.5', 'fedprox_sgdm'): 90.69,
+    ('alpha0.1', 'fedprox_sgdm'): 88.78,
+    ('alpha100', 'fedprox_sgdm_lws'): 91.35,
+    ('alpha0.5', 'fedprox_sgdm_lws'): 91.24,
+    ('alpha0.1', 'fedprox_sgdm_lws'): 89.25,
+  },
+  paired={'fedprox_lws': 'fedprox', 'fedprox_sgdm_lws': 'fedprox_sgdm'},
+  headline=('fedavg_lws', 'fedprox_lws', 'fedprox_sgdm_lws'),
+  plotted_metrics=('train/finalizer/gamma',),
+  best_round=True,
 )
 
 FEDSA = Cell(
-    name='fedsa',
-    title='FedSA on the FedLWS protocol at alpha 0.1 (no paper number on '
-          'Fashion-MNIST)',
-    source=('the FedLWS cell\'s protocol; FedSA\'s defaults from Wang et al., '
-            'arXiv 2408.11278v1'),
-    rounds=200,
-    seeds=(10, 11, 12),
-    common=_FEDLWS_PROTOCOL,
-    settings={'alpha0.1': dict(alpha=0.1)},
-    methods={
-        'fedavg': dict(aggregator='fedavg'),
-        'fedavg_unweighted': dict(aggregator='fedavg',
-                                  fedavg_client_weighting='uniform'),
-        'fedsa': dict(aggregator='fedsa'),
-    },
-    baseline='fedavg_unweighted',
-    paper={},
-    headline=('fedsa',),
-    plotted_metrics=('train/finalizer/high_fraction_overall',
-                     'train/finalizer/high_fraction'),
-    shared={'fedavg': ('fedlws', 'alpha0.1')},
+  name='fedsa',
+  title='FedSA on the FedLWS protocol at alpha 0.1 (no paper number on '
+  'Fashion-MNIST)',
+  source=(
+    "the FedLWS cell's protocol; FedSA's defaults from Wang et al., "
+    'arXiv 2408.11278v1'
+  ),
+  rounds=200,
+  seeds=(10, 11, 12),
+  common=_FEDLWS_PROTOCOL,
+  settings={'alpha0.1': dict(alpha=0.1)},
+  methods={
+    'fedavg': dict(aggregator='fedavg'),
+    'fedavg_unweighted': dict(
+      aggregator='fedavg', fedavg_client_weighting='uniform'
+    ),
+    'fedsa': dict(aggregator='fedsa'),
+  },
+  baseline='fedavg_unweighted',
+  paper={},
+  headline=('fedsa',),
+  plotted_metrics=(
+    'train/finalizer/high_fraction_overall',
+    'train/finalizer/high_fraction',
+  ),
+  shared={'fedavg': ('fedlws', 'alpha0.1')},
 )
 
 FEDGLAD = Cell(
-    name='fedglad',
-    title='FedGLAD, its MNIST protocol on Fashion-MNIST (100 clients, 10 '
-          'per round, alpha 0.1, E = 5, 50 rounds)',
-    source='Yang et al., TMLR 2023, Table 1, MNIST column',
-    rounds=50,
-    seeds=(1, 2, 3),
-    common=dict(
-        model='dropout_cnn', num_clients=100, clients_per_round=10,
-        local_epochs=5, batch_size=64, client_optimizer='sgd',
-        client_lr=0.01, client_momentum=0.9, normalization='unit',
-        partition='label_skew', alpha=0.1, proxy_size=0,
+  name='fedglad',
+  title='FedGLAD, its MNIST protocol on Fashion-MNIST (100 clients, 10 '
+  'per round, alpha 0.1, E = 5, 50 rounds)',
+  source='Yang et al., TMLR 2023, Table 1, MNIST column',
+  rounds=50,
+  seeds=(1, 2, 3),
+  common=dict(
+    model='dropout_cnn',
+    num_clients=100,
+    clients_per_round=10,
+    local_epochs=5,
+    batch_size=64,
+    client_optimizer='sgd',
+    client_lr=0.01,
+    client_momentum=0.9,
+    normalization='unit',
+    partition='label_skew',
+    alpha=0.1,
+    proxy_size=0,
+  ),
+  settings={'alpha0.1': {}},
+  methods={
+    'fedavg': dict(aggregator='fedavg', server_optimizer='sgd', server_lr=1.0),
+    'fedavg_glad': dict(
+      aggregator='fedglad', server_optimizer='sgd', server_lr=1.0
     ),
-    settings={'alpha0.1': {}},
-    methods={
-        'fedavg': dict(aggregator='fedavg', server_optimizer='sgd',
-                       server_lr=1.0),
-        'fedavg_glad': dict(aggregator='fedglad', server_optimizer='sgd',
-                            server_lr=1.0),
-        'fedavgm': dict(aggregator='fedavg', server_optimizer='sgdm',
-                        server_lr=0.5, server_momentum=0.9),
-        'fedavgm_glad': dict(aggregator='fedglad', server_optimizer='sgdm',
-                             server_lr=0.5, server_momentum=0.9),
-        'fedadam': dict(aggregator='fedavg', server_optimizer='adam',
-                        server_lr=0.01, server_epsilon=1e-8),
-        'fedadam_glad': dict(aggregator='fedglad', server_optimizer='adam',
-                             server_lr=0.01, server_epsilon=1e-8),
-    },
-    baseline='fedavg',
-    paper={
-        ('alpha0.1', 'fedavg'): 78.17, ('alpha0.1', 'fedavg_glad'): 79.71,
-        ('alpha0.1', 'fedavgm'): 81.71, ('alpha0.1', 'fedavgm_glad'): 82.11,
-        ('alpha0.1', 'fedadam'): 96.94, ('alpha0.1', 'fedadam_glad'): 97.11,
-    },
-    paper_dataset='MNIST',
-    paired={'fedavgm_glad': 'fedavgm', 'fedadam_glad': 'fedadam'},
-    headline=('fedavg_glad', 'fedavgm_glad', 'fedadam_glad'),
+    'fedavgm': dict(
+      aggregator='fedavg',
+      server_optimizer='sgdm',
+      server_lr=0.5,
+      server_momentum=0.9,
+    ),
+    'fedavgm_glad': dict(
+      aggregator='fedglad',
+      server_optimizer='sgdm',
+      server_lr=0.5,
+      server_momentum=0.9,
+    ),
+    'fedadam': dict(
+      aggregator='fedavg',
+      server_optimizer='adam',
+      server_lr=0.01,
+      server_epsilon=1e-8,
+    ),
+    'fedadam_glad': dict(
+      aggregator='fedglad',
+      server_optimizer='adam',
+      server_lr=0.01,
+      server_epsilon=1e-8,
+    ),
+  },
+  baseline='fedavg',
+  paper={
+    ('alpha0.1', 'fedavg'): 78.17,
+    ('alpha0.1', 'fedavg_glad'): 79.71,
+    ('alpha0.1', 'fedavgm'): 81.71,
+    ('alpha0.1', 'fedavgm_glad'): 82.11,
+    ('alpha0.1', 'fedadam'): 96.94,
+    ('alpha0.1', 'fedadam_glad'): 97.11,
+  },
+  paper_dataset='MNIST',
+  paired={'fedavgm_glad': 'fedavgm', 'fedadam_glad': 'fedadam'},
+  headline=('fedavg_glad', 'fedavgm_glad', 'fedadam_glad'),
 )
 
-CELLS = {cell.name: cell
-         for cell in (FEDLAW, FEDLWS, FEDCDA, FEDGLAD, FEDSA)}
+CELLS = {cell.name: cell for cell in (FEDLAW, FEDLWS, FEDCDA, FEDGLAD, FEDSA)}

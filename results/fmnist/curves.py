@@ -55,11 +55,17 @@ def panels(methods, baseline_of, under_test) -> list[list[str]]:
 def _plot_panel(axes, bands: Bands, under_test, colours) -> None:
   for method, (rounds, mean, lowest, highest, seeds) in bands.items():
     colour = colours[method]
-    axes.fill_between(rounds, lowest, highest, color=colour, alpha=0.15,
-                      linewidth=0)
-    axes.plot(rounds, mean, color=colour, linewidth=1.5,
-              linestyle='--' if method in under_test else '-',
-              label=f'{method} ({seeds} seed{"s" if seeds > 1 else ""})')
+    axes.fill_between(
+      rounds, lowest, highest, color=colour, alpha=0.15, linewidth=0
+    )
+    axes.plot(
+      rounds,
+      mean,
+      color=colour,
+      linewidth=1.5,
+      linestyle='--' if method in under_test else '-',
+      label=f'{method} ({seeds} seed{"s" if seeds > 1 else ""})',
+    )
   axes.set_ylim(*y_range(bands))
   axes.set_xlim(1, max(b[0][-1] for b in bands.values()))
   axes.xaxis.set_major_locator(ticker.MaxNLocator(integer=True))
@@ -69,8 +75,9 @@ def _plot_panel(axes, bands: Bands, under_test, colours) -> None:
   axes.legend(fontsize=9, loc='lower right')
 
 
-def plot_bands(bands: Bands, path: str, *, title: str, groups,
-               under_test=()) -> None:
+def plot_bands(
+  bands: Bands, path: str, *, title: str, groups, under_test=()
+) -> None:
   """Writes `bands` to `path`, a panel per group (a temporary file first).
 
   Each panel has its own y range (`y_range`), so that its gap shows.
@@ -80,11 +87,13 @@ def plot_bands(bands: Bands, path: str, *, title: str, groups,
   palette = plt.get_cmap('tab10').colors
   colours = {m: palette[i % len(palette)] for i, m in enumerate(bands)}
   figure, all_axes = plt.subplots(
-      1, len(groups), figsize=(1.0 + 5.0 * len(groups), 4.4), squeeze=False)
+    1, len(groups), figsize=(1.0 + 5.0 * len(groups), 4.4), squeeze=False
+  )
   for axes, group in zip(all_axes[0], groups):
     _plot_panel(axes, {m: bands[m] for m in group}, under_test, colours)
-  all_axes[0][0].set_ylabel('test accuracy (%): seeds\' mean and range',
-                            fontsize=11)
+  all_axes[0][0].set_ylabel(
+    "test accuracy (%): seeds' mean and range", fontsize=11
+  )
   figure.suptitle(title, fontsize=12)
   figure.tight_layout()
   temporary = f'{path}.tmp{os.getpid()}'

@@ -25,25 +25,27 @@ from results.fmnist import runs as runs_lib
 REGENERATE = 'bazel run //results/fmnist:reproduce -- --report_only'
 MARGIN_FLOOR = 0.1  # Points: the verdict's least margin (one seed's).
 VERDICT_RULE = (
-    'g is our gain (the method\'s last-10-round accuracy '
-    'minus its baseline\'s, paired by seed, mean over seeds), p the '
-    'paper\'s, and the margin m our seed spread: the std of the per-seed '
-    'gains, at least 0.1 point (one seed has no spread, so its margin is '
-    '0.1 and its verdict provisional). In this order: **reproduced**: g is '
-    'within m of p and further than m from 0. **inconclusive**: g is within '
-    'm of 0, and p is within m of 0 or of g (our seeds cannot tell the '
-    'paper\'s gain from none). **not reproduced: no gain**: g is within m '
-    'of 0, p is not. **not reproduced: loss (or gain), paper\'s within '
-    'spread**: p is within m of 0, g is not. **same sign, smaller** (or '
-    '**larger**): g and p are further than m from 0 and from each other, '
-    'with one sign. **not '
-    'reproduced: opposite sign**: the same, with opposite signs. **no paper '
-    'number**: the paper has none (ours is called a gain, a loss or no gain '
-    'by the same margin). A paper number on another data set (FedGLAD\'s '
-    'MNIST) is compared by the same rule and labelled as such.')
+  "g is our gain (the method's last-10-round accuracy "
+  "minus its baseline's, paired by seed, mean over seeds), p the "
+  "paper's, and the margin m our seed spread: the std of the per-seed "
+  'gains, at least 0.1 point (one seed has no spread, so its margin is '
+  '0.1 and its verdict provisional). In this order: **reproduced**: g is '
+  'within m of p and further than m from 0. **inconclusive**: g is within '
+  'm of 0, and p is within m of 0 or of g (our seeds cannot tell the '
+  "paper's gain from none). **not reproduced: no gain**: g is within m "
+  "of 0, p is not. **not reproduced: loss (or gain), paper's within "
+  'spread**: p is within m of 0, g is not. **same sign, smaller** (or '
+  '**larger**): g and p are further than m from 0 and from each other, '
+  'with one sign. **not '
+  'reproduced: opposite sign**: the same, with opposite signs. **no paper '
+  'number**: the paper has none (ours is called a gain, a loss or no gain '
+  "by the same margin). A paper number on another data set (FedGLAD's "
+  'MNIST) is compared by the same rule and labelled as such.'
+)
 
 
 # Formatting.
+
 
 def signed(value) -> str:
   text = f'{value:+.2f}'
@@ -70,8 +72,7 @@ def format_stat(stat, not_counted=()) -> str:
   """A mean over seeds, how many, and the unfinished seeds left out."""
   if stat is None:
     return 'not run'
-  excluded = ''.join(f'; seed {s} unfinished, not counted'
-                     for s in not_counted)
+  excluded = ''.join(f'; seed {s} unfinished, not counted' for s in not_counted)
   return f'{stat_text(stat)} ({seeds_text(stat[2])}{excluded})'
 
 
@@ -89,6 +90,7 @@ def short_name(cell: cells.Cell) -> str:
 
 # Verdicts.
 
+
 def verdict(gain, paper_gain) -> str:
   """Our gain (mean, std, n) against the paper's, by `VERDICT_RULE`."""
   if gain is None:
@@ -104,14 +106,16 @@ def verdict(gain, paper_gain) -> str:
   if near_paper and not ours_none:
     return 'reproduced'
   if ours_none:
-    return ('inconclusive' if paper_none or near_paper
-            else 'not reproduced: no gain')
+    return (
+      'inconclusive' if paper_none or near_paper else 'not reproduced: no gain'
+    )
   if paper_none:
-    return f'not reproduced: {kind}, paper\'s within spread'
+    return f"not reproduced: {kind}, paper's within spread"
   if (mean > 0) != (paper_gain > 0):
     return 'not reproduced: opposite sign'
-  return ('same sign, smaller' if abs(mean) < abs(paper_gain)
-          else 'same sign, larger')
+  return (
+    'same sign, smaller' if abs(mean) < abs(paper_gain) else 'same sign, larger'
+  )
 
 
 def row_verdict(row: runs_lib.Row) -> str:
@@ -131,8 +135,7 @@ def rounds_text(cell: cells.Cell, row: runs_lib.Row) -> str:
   if not counted:
     return '-'
   values = sorted({r['rounds'] for r in counted.values()})
-  text = (str(values[0]) if len(values) == 1
-          else f'{values[0]}-{values[-1]}')
+  text = str(values[0]) if len(values) == 1 else f'{values[0]}-{values[-1]}'
   if not all(r['planned'] for r in counted.values()):
     return f'{text} of {cell.planned_rounds(row.setting)}, unfinished'
   if values[0] < cell.rounds:
@@ -149,24 +152,34 @@ def paper_label(cell: cells.Cell) -> str:
 
 # The index: results/fmnist/README.md.
 
+
 def _verdict_row(cell: cells.Cell, row: runs_lib.Row) -> str:
-  paper_gain = ('' if row.paper_gain is None
-                else signed(row.paper_gain) + paper_label(cell))
-  ours = ('' if row.gain is None
-          else f'{stat_text(row.gain, sign=True)} ({seeds_text(row.gain[2])})')
-  return (f'| [{short_name(cell)}]({cell.name}/README.md) | {row.method} vs '
-          f'{row.baseline} | {row.setting} | {paper_gain} | {ours} | '
-          f'{rounds_text(cell, row)} | {row_verdict(row)} |')
+  paper_gain = (
+    '' if row.paper_gain is None else signed(row.paper_gain) + paper_label(cell)
+  )
+  ours = (
+    ''
+    if row.gain is None
+    else f'{stat_text(row.gain, sign=True)} ({seeds_text(row.gain[2])})'
+  )
+  return (
+    f'| [{short_name(cell)}]({cell.name}/README.md) | {row.method} vs '
+    f'{row.baseline} | {row.setting} | {paper_gain} | {ours} | '
+    f'{rounds_text(cell, row)} | {row_verdict(row)} |'
+  )
 
 
 def verdict_table_lines(all_rows) -> list[str]:
   """One row per method under test and setting, cell by cell."""
-  lines = ['| paper | method vs baseline | setting | paper gain | our gain '
-           '(mean ± std over seeds) | rounds | verdict |',
-           '|---|---|---|---|---|---|---|']
+  lines = [
+    '| paper | method vs baseline | setting | paper gain | our gain '
+    '(mean ± std over seeds) | rounds | verdict |',
+    '|---|---|---|---|---|---|---|',
+  ]
   for cell, rows in all_rows:
-    lines += [_verdict_row(cell, r) for r in rows
-              if r.method in cell.headline_methods()]
+    lines += [
+      _verdict_row(cell, r) for r in rows if r.method in cell.headline_methods()
+    ]
   return lines
 
 
@@ -176,8 +189,7 @@ def finding_lines(all_cells) -> list[str]:
   for cell in all_cells:
     text = cells.notes(cell.name, 'summary')
     if text:
-      lines += [f'**[{short_name(cell)}]({cell.name}/README.md).** {text}',
-                '']
+      lines += [f'**[{short_name(cell)}]({cell.name}/README.md).** {text}', '']
   return lines
 
 
@@ -198,8 +210,9 @@ def round_seconds(cell, measured, setting, method):
   while cell.baseline_of(chain[-1]) not in chain:
     chain.append(cell.baseline_of(chain[-1]))
   model = cell.run_flags(setting, method).get('model')
-  same_model = [s for s in cell.settings
-                if cell.run_flags(s, method).get('model') == model]
+  same_model = [
+    s for s in cell.settings if cell.run_flags(s, method).get('model') == model
+  ]
   candidates = [(setting, m) for m in chain]
   candidates += [(s, m) for m in chain for s in same_model]
   for key in candidates:
@@ -215,8 +228,10 @@ def reduced_text(cell: cells.Cell) -> str:
     settings_of[rounds].append(setting)
   if len(settings_of) == 1 and set(cell.reduced_rounds) == set(cell.settings):
     return str(next(iter(settings_of)))
-  return ', '.join(f'{rounds} ({", ".join(settings)})'
-                   for rounds, settings in settings_of.items())
+  return ', '.join(
+    f'{rounds} ({", ".join(settings)})'
+    for rounds, settings in settings_of.items()
+  )
 
 
 def _measured(cell, summary):
@@ -244,11 +259,16 @@ def _hours_to_go(cell, finished, seconds, own_rounds) -> str:
     for method in cell.methods:
       for seed in cell.seeds:
         rounds_left = own_rounds[(setting, method)]
-        if (method in cell.forks
-            and (setting, cell.forks[method][0], seed) in finished):
+        if (
+          method in cell.forks
+          and (setting, cell.forks[method][0], seed) in finished
+        ):
           rounds_left = cell.planned_rounds(setting)
-        if ((setting, method, seed) in finished or not rounds_left
-            or method in cell.shared):  # A shared run is counted there.
+        if (
+          (setting, method, seed) in finished
+          or not rounds_left
+          or method in cell.shared
+        ):  # A shared run is counted there.
           continue
         estimate = round_seconds(cell, seconds, setting, method)
         if estimate is None:
@@ -256,32 +276,48 @@ def _hours_to_go(cell, finished, seconds, own_rounds) -> str:
         else:
           to_go += rounds_left * estimate / 3600
   return f'{to_go:.1f}' + (
-      f' + {unknown} run{"s" if unknown > 1 else ""} unknown'
-      if unknown else '')
+    f' + {unknown} run{"s" if unknown > 1 else ""} unknown' if unknown else ''
+  )
 
 
 def _status_row(cell, summary, base):
   """A cell's row of the runs table, and its round-time spreads."""
   planned = len(cell.settings) * len(cell.methods) * len(cell.seeds)
   finished, seconds = _measured(cell, summary)
-  own_rounds = {(s, m): max(0, cell.planned_rounds(s)
-                            - _forked_rounds(cell, m))
-                for s in cell.settings for m in cell.methods}
-  hours = ', '.join(
+  own_rounds = {
+    (s, m): max(0, cell.planned_rounds(s) - _forked_rounds(cell, m))
+    for s in cell.settings
+    for m in cell.methods
+  }
+  hours = (
+    ', '.join(
       f'{setting}/{method} '
       f'{np.median(s) * own_rounds[(setting, method)] / 3600:.1f}'
-      for (setting, method), s in seconds.items()) or 'not measured'
-  spreads = [(min(s), max(s), f'{cell.name} {setting}/{method}')
-             for (setting, method), s in seconds.items() if len(s) > 1]
+      for (setting, method), s in seconds.items()
+    )
+    or 'not measured'
+  )
+  spreads = [
+    (min(s), max(s), f'{cell.name} {setting}/{method}')
+    for (setting, method), s in seconds.items()
+    if len(s) > 1
+  ]
   report = os.path.join(cell.name, 'README.md')
-  link = (f'[{report}]({report})'
-          if os.path.exists(os.path.join(base, report)) else 'not run yet')
+  link = (
+    f'[{report}]({report})'
+    if os.path.exists(os.path.join(base, report))
+    else 'not run yet'
+  )
   title = cell.title + (
-      f' **reduced: {reduced_text(cell)} of {cell.rounds} rounds**'
-      if cell.reduced_rounds else '')
-  row = (f'| {cell.name} | {title} | {len(finished)} / {planned} | '
-         f'{hours} | {_hours_to_go(cell, finished, seconds, own_rounds)} | '
-         f'{link} |')
+    f' **reduced: {reduced_text(cell)} of {cell.rounds} rounds**'
+    if cell.reduced_rounds
+    else ''
+  )
+  row = (
+    f'| {cell.name} | {title} | {len(finished)} / {planned} | '
+    f'{hours} | {_hours_to_go(cell, finished, seconds, own_rounds)} | '
+    f'{link} |'
+  )
   return row, spreads
 
 
@@ -295,60 +331,76 @@ def runs_section_lines(all_cells, summaries, base) -> list[str]:
   spread = ''
   if spreads:
     fastest, slowest, where = max(spreads, key=lambda r: r[1] / r[0])
-    spread = (f'; the runs of one setting and method have taken from '
-              f'{fastest:.1f} to {slowest:.1f} s per round ({where}), on '
-              'machines of the same size, alone or beside another run')
-  return [
-      '## Runs and hours', '',
-      'Hours per run: the planned rounds (the protocol\'s, or a reduced '
-      'protocol\'s where the cell says so; a forked run\'s own rounds, after '
+    spread = (
+      f'; the runs of one setting and method have taken from '
+      f'{fastest:.1f} to {slowest:.1f} s per round ({where}), on '
+      'machines of the same size, alone or beside another run'
+    )
+  return (
+    [
+      '## Runs and hours',
+      '',
+      "Hours per run: the planned rounds (the protocol's, or a reduced "
+      "protocol's where the cell says so; a forked run's own rounds, after "
       'its fork) times the median round time measured so far on the '
-      'project\'s 2-core machines (per setting and method, over the runs '
-      'that exist; a round\'s training only, evaluation and checkpoints add '
+      "project's 2-core machines (per setting and method, over the runs "
+      "that exist; a round's training only, evaluation and checkpoints add "
       f'to it{spread}). Hours to go, from a fresh checkout: the rounds not '
       'run yet of every planned run, where an unfinished run counts from '
-      'round 1 as it restarts there (a forked run\'s first rounds are its '
-      'source\'s, unless the source is finished: it is not rerun, and the '
+      "round 1 as it restarts there (a forked run's first rounds are its "
+      "source's, unless the source is finished: it is not rerun, and the "
       'fork runs from round 1), each at its measured round time, else at an '
       'estimate from another run (`round_seconds`: its baseline, or the same '
       'method on the same model); runs with neither are counted as '
-      'unknown.', '',
+      'unknown.',
+      '',
       '| cell | protocol | runs finished / planned | hours per run '
       '(measured) | hours to go (estimated) | report |',
-      '|---|---|---|---|---|---|'] + rows + ['']
+      '|---|---|---|---|---|---|',
+    ]
+    + rows
+    + ['']
+  )
 
 
 def index_intro_lines() -> list[str]:
   return [
-      '# Fashion-MNIST reproduction of the five papers', '',
-      'Did our implementation of each method reproduce its paper\'s gain '
-      'over the paper\'s baseline? One row per method under test and '
-      'setting. Gain: the method\'s mean test accuracy over the last 10 '
-      'rounds minus its baseline\'s, in points, paired by seed; ours is '
-      'the mean ± std over seeds (population std). Rounds: those of our '
-      'runs (fewer than the paper\'s where a cell runs a reduced protocol). '
-      'Verdict: by the rule below the table. Each paper\'s report has its '
-      'other rows, curves and protocol deviations; its appendix every '
-      'number per seed.', '']
+    '# Fashion-MNIST reproduction of the five papers',
+    '',
+    "Did our implementation of each method reproduce its paper's gain "
+    "over the paper's baseline? One row per method under test and "
+    "setting. Gain: the method's mean test accuracy over the last 10 "
+    "rounds minus its baseline's, in points, paired by seed; ours is "
+    'the mean ± std over seeds (population std). Rounds: those of our '
+    "runs (fewer than the paper's where a cell runs a reduced protocol). "
+    "Verdict: by the rule below the table. Each paper's report has its "
+    'other rows, curves and protocol deviations; its appendix every '
+    'number per seed.',
+    '',
+  ]
 
 
 def index_method_lines() -> list[str]:
   return [
-      '## How the numbers are made', '',
-      'Each cell runs `//experiments:fmnist` with its paper\'s protocol '
-      '(`cells.py`) and reports the paper\'s numbers beside ours, from real '
-      'runs only. Regenerate a cell with `bazel run '
-      '//results/fmnist:reproduce -- --cell=<name>` (it skips finished runs, '
-      'resumes an unfinished one from its checkpoint in the same checkout, '
-      'and rewrites the report); `--report_only` rewrites the reports from '
-      'the run files (without `--cell`, every report; '
-      '`tests/fmnist_reports_test` checks that the committed reports are '
-      'what it writes from the committed run files). Checkpoints are not '
-      'committed: in a fresh checkout an unfinished run starts again from '
-      'round 1.', '',
-      'Differences every cell shares with TFF: the client optimizer state is '
-      'reset every round; a client\'s data is repeated E times and then '
-      'batched, so a batch can straddle two epochs.', '']
+    '## How the numbers are made',
+    '',
+    "Each cell runs `//experiments:fmnist` with its paper's protocol "
+    "(`cells.py`) and reports the paper's numbers beside ours, from real "
+    'runs only. Regenerate a cell with `bazel run '
+    '//results/fmnist:reproduce -- --cell=<name>` (it skips finished runs, '
+    'resumes an unfinished one from its checkpoint in the same checkout, '
+    'and rewrites the report); `--report_only` rewrites the reports from '
+    'the run files (without `--cell`, every report; '
+    '`tests/fmnist_reports_test` checks that the committed reports are '
+    'what it writes from the committed run files). Checkpoints are not '
+    'committed: in a fresh checkout an unfinished run starts again from '
+    'round 1.',
+    '',
+    'Differences every cell shares with TFF: the client optimizer state is '
+    "reset every round; a client's data is repeated E times and then "
+    'batched, so a batch can straddle two epochs.',
+    '',
+  ]
 
 
 def write_index(root: str, all_cells=None) -> str:
@@ -358,10 +410,15 @@ def write_index(root: str, all_cells=None) -> str:
   base = os.path.join(root, 'results', 'fmnist')
   summaries = {c.name: runs_lib.collect(root, c) for c in all_cells}
   all_rows = [(c, runs_lib.rows(c, summaries[c.name])) for c in all_cells]
-  lines = (index_intro_lines() + verdict_table_lines(all_rows) + [''] +
-           ['## Verdict rule', '', VERDICT_RULE, ''] +
-           finding_lines(all_cells) + index_method_lines() +
-           runs_section_lines(all_cells, summaries, base))
+  lines = (
+    index_intro_lines()
+    + verdict_table_lines(all_rows)
+    + ['']
+    + ['## Verdict rule', '', VERDICT_RULE, '']
+    + finding_lines(all_cells)
+    + index_method_lines()
+    + runs_section_lines(all_cells, summaries, base)
+  )
   path = os.path.join(base, 'README.md')
   run_files.write_text(path, '\n'.join(lines))
   return path
@@ -369,17 +426,21 @@ def write_index(root: str, all_cells=None) -> str:
 
 # A cell's report: results/fmnist/<cell>/README.md.
 
+
 def summary_lines(cell: cells.Cell, rows) -> list[str]:
   """The main finding, then the verdicts counted (at most ten lines)."""
-  counts = collections.Counter(
-      row_verdict(r) for r in rows if row_verdict(r))
+  counts = collections.Counter(row_verdict(r) for r in rows if row_verdict(r))
   lines = []
   text = cells.notes(cell.name, 'summary')
   if text:
     lines += [text, '']
   if counts:
-    lines += ['Verdicts ([rule](../README.md#verdict-rule)): ' + '; '.join(
-        f'{name}: {n}' for name, n in counts.most_common()) + '.', '']
+    lines += [
+      'Verdicts ([rule](../README.md#verdict-rule)): '
+      + '; '.join(f'{name}: {n}' for name, n in counts.most_common())
+      + '.',
+      '',
+    ]
   return lines
 
 
@@ -395,62 +456,83 @@ def _ours_text(cell: cells.Cell, row: runs_lib.Row) -> str:
 def main_table_lines(cell: cells.Cell, rows) -> list[str]:
   """setting, method, paper, ours, the two gains, verdict: 7 columns."""
   label = paper_label(cell)
-  lines = [f'| setting | method | paper{label} | ours | paper gain{label} | '
-           'our gain | verdict |', '|---|---|---|---|---|---|---|']
+  lines = [
+    f'| setting | method | paper{label} | ours | paper gain{label} | '
+    'our gain | verdict |',
+    '|---|---|---|---|---|---|---|',
+  ]
   for row in rows:
-    method = (row.method if row.method == row.baseline
-              else f'{row.method} (vs {row.baseline})')
-    gain = ('' if row.gain is None else
-            f'{stat_text(row.gain, sign=True)} ({seeds_text(row.gain[2])})')
+    method = (
+      row.method
+      if row.method == row.baseline
+      else f'{row.method} (vs {row.baseline})'
+    )
+    gain = (
+      ''
+      if row.gain is None
+      else f'{stat_text(row.gain, sign=True)} ({seeds_text(row.gain[2])})'
+    )
     lines.append(
-        f'| {row.setting} | {method} | '
-        f'{"" if row.paper is None else f"{row.paper:.2f}"} | '
-        f'{_ours_text(cell, row)} | '
-        f'{"" if row.paper_gain is None else signed(row.paper_gain)} | '
-        f'{gain} | {row_verdict(row)} |')
+      f'| {row.setting} | {method} | '
+      f'{"" if row.paper is None else f"{row.paper:.2f}"} | '
+      f'{_ours_text(cell, row)} | '
+      f'{"" if row.paper_gain is None else signed(row.paper_gain)} | '
+      f'{gain} | {row_verdict(row)} |'
+    )
   return lines + ['']
 
 
 def metric_note_lines(cell: cells.Cell) -> list[str]:
   seeds = ', '.join(map(str, cell.seeds))
   return [
-      f'Paper: {cell.source}. '
-      f'Metric: mean test accuracy (%) of the last {runs_lib.LAST_ROUNDS} '
-      'rounds, mean ± std over seeds (population std); gain: against the '
-      f'baseline named, paired by seed. Protocol: {cell.rounds} rounds, '
-      f'seeds {seeds}. Every number per seed, the rounds and round times of '
-      'each run, and the run-by-run notes: [APPENDIX.md](APPENDIX.md). '
-      'Regenerate: `bazel run //results/fmnist:reproduce -- '
-      f'--cell={cell.name}` (resumes unfinished runs).', '']
+    f'Paper: {cell.source}. '
+    f'Metric: mean test accuracy (%) of the last {runs_lib.LAST_ROUNDS} '
+    'rounds, mean ± std over seeds (population std); gain: against the '
+    f'baseline named, paired by seed. Protocol: {cell.rounds} rounds, '
+    f'seeds {seeds}. Every number per seed, the rounds and round times of '
+    'each run, and the run-by-run notes: [APPENDIX.md](APPENDIX.md). '
+    'Regenerate: `bazel run //results/fmnist:reproduce -- '
+    f'--cell={cell.name}` (resumes unfinished runs).',
+    '',
+  ]
 
 
 def curve_lines(accuracy_plots, metric_plots) -> list[str]:
   """The accuracy plots inline; the metric plots (first seed) linked."""
   lines = ['## Curves', '']
   if accuracy_plots:
-    lines += ['Mean test accuracy per round over the seeds, the band their '
-              'range (lowest to highest); a panel per method under test and '
-              'its baseline, the method dashed. Each y axis spans the last '
-              'half of the rounds, so early rounds may run below it.', '']
+    lines += [
+      'Mean test accuracy per round over the seeds, the band their '
+      'range (lowest to highest); a panel per method under test and '
+      'its baseline, the method dashed. Each y axis spans the last '
+      'half of the rounds, so early rounds may run below it.',
+      '',
+    ]
     lines += [f'![{name}]({name})' for name in accuracy_plots] + ['']
   if metric_plots:
-    lines += ['Per-round metrics (first seed of each method): ' + ', '.join(
-        f'[{name}]({name})' for name in metric_plots), '']
+    lines += [
+      'Per-round metrics (first seed of each method): '
+      + ', '.join(f'[{name}]({name})' for name in metric_plots),
+      '',
+    ]
   return lines
 
 
 def deviation_lines(cell: cells.Cell) -> list[str]:
   """The reduced protocol and the differences from the paper's."""
-  lines = ['## Differences from the paper\'s protocol', '']
+  lines = ["## Differences from the paper's protocol", '']
   if cell.reduced_rounds:
-    lines += [f'**Reduced protocol: {reduced_text(cell)} of the paper\'s '
-              f'{cell.rounds} rounds.** {cells.notes(cell.name, "reduced")}',
-              '']
+    lines += [
+      f"**Reduced protocol: {reduced_text(cell)} of the paper's "
+      f'{cell.rounds} rounds.** {cells.notes(cell.name, "reduced")}',
+      '',
+    ]
   deviations = cells.notes(cell.name, 'deviations')
   return lines + ([deviations, ''] if deviations else [])
 
 
 # Plots.
+
 
 def plot_setting(cell, summary, setting, base):
   """The setting's accuracy plot over all seeds; its file name, or None."""
@@ -463,11 +545,13 @@ def plot_setting(cell, summary, setting, base):
     return None
   name = f'{setting}.png'
   under_test = cell.headline_methods()
-  curves.plot_bands(bands, os.path.join(base, name),
-                    title=f'{short_name(cell)}: {setting}',
-                    groups=curves.panels(list(cell.methods), cell.baseline_of,
-                                         under_test),
-                    under_test=under_test)
+  curves.plot_bands(
+    bands,
+    os.path.join(base, name),
+    title=f'{short_name(cell)}: {setting}',
+    groups=curves.panels(list(cell.methods), cell.baseline_of, under_test),
+    under_test=under_test,
+  )
   return name
 
 
@@ -480,14 +564,18 @@ def plot_metrics(cell, summary, setting, base) -> list[str]:
       runs = summary[(setting, method)]
       if runs:
         for label, curve in runs_lib.metric_curves(
-            runs[min(runs)]['rows'], column).items():
+          runs[min(runs)]['rows'], column
+        ).items():
           series[f'{method}, {label}' if label else method] = curve
     if series:
       metric = column.rsplit('/', 1)[-1]
       names.append(f'{setting}_{metric}.png')
       plotting.plot_accuracy(
-          series, os.path.join(base, names[-1]),
-          title=f'{cell.name}: {setting}, {metric}', ylabel=metric)
+        series,
+        os.path.join(base, names[-1]),
+        title=f'{cell.name}: {setting}, {metric}',
+        ylabel=metric,
+      )
   return names
 
 
@@ -506,6 +594,7 @@ def write_plots(cell, summary, base):
 
 # A cell's appendix: results/fmnist/<cell>/APPENDIX.md.
 
+
 def rounds_label(run) -> str:
   """A run's rounds: '80 (reduced protocol), rounds 1-50 from ...'."""
   if run['complete']:
@@ -513,66 +602,92 @@ def rounds_label(run) -> str:
   elif run['planned']:
     label = f'{run["rounds"]} (reduced protocol)'
     if run['ran'] > run['rounds']:
-      label = (f'{run["rounds"]} (reduced protocol; run to {run["ran"]}, '
-               f'measured at {run["rounds"]})')
+      label = (
+        f'{run["rounds"]} (reduced protocol; run to {run["ran"]}, '
+        f'measured at {run["rounds"]})'
+      )
   else:
     label = f'{run["rounds"]} (unfinished)'
   if run['forked']:
-    label += (f', rounds 1-{run["forked"]["round"]} from '
-              f'{os.path.basename(run["forked"]["source"])}')
+    label += (
+      f', rounds 1-{run["forked"]["round"]} from '
+      f'{os.path.basename(run["forked"]["source"])}'
+    )
   return label
 
 
 def appendix_intro_lines(cell: cells.Cell) -> list[str]:
   return [
-      f'# {cell.title}: appendix', '',
-      'The numbers behind [README.md](README.md), per run and per seed, and '
-      'the notes written as the runs finished.', '',
-      f'Paper: {cell.source}. Metric: mean test '
-      f'accuracy (%) of the last {runs_lib.LAST_ROUNDS} rounds, mean ± std '
-      'over seeds (every std in this report is the population std, dividing '
-      'by n); test split minus the proxy set for every method. '
-      f'Protocol: {cell.rounds} rounds, seeds '
-      f'{", ".join(map(str, cell.seeds))}. A run that has not reached '
-      'its planned rounds is marked unfinished: its number is the '
-      'mean of its last 10 rounds, and its gain is against the '
-      'baseline over the same rounds. A mean over seeds counts only a '
-      'method\'s finished runs where it has any, else its unfinished '
-      'ones. A gain pairs each counted seed with the baseline\'s run of '
-      'that seed, leaves out a seed whose baseline has not reached the '
-      'rounds compared or whose two runs have only rounds they share '
-      '(a fork\'s copies), and names how many seeds it pairs.', '']
+    f'# {cell.title}: appendix',
+    '',
+    'The numbers behind [README.md](README.md), per run and per seed, and '
+    'the notes written as the runs finished.',
+    '',
+    f'Paper: {cell.source}. Metric: mean test '
+    f'accuracy (%) of the last {runs_lib.LAST_ROUNDS} rounds, mean ± std '
+    'over seeds (every std in this report is the population std, dividing '
+    'by n); test split minus the proxy set for every method. '
+    f'Protocol: {cell.rounds} rounds, seeds '
+    f'{", ".join(map(str, cell.seeds))}. A run that has not reached '
+    'its planned rounds is marked unfinished: its number is the '
+    'mean of its last 10 rounds, and its gain is against the '
+    'baseline over the same rounds. A mean over seeds counts only a '
+    "method's finished runs where it has any, else its unfinished "
+    "ones. A gain pairs each counted seed with the baseline's run of "
+    'that seed, leaves out a seed whose baseline has not reached the '
+    'rounds compared or whose two runs have only rounds they share '
+    "(a fork's copies), and names how many seeds it pairs.",
+    '',
+  ]
 
 
 def _full_row(cell, row: runs_lib.Row) -> str:
-  paper_gain = ('' if row.paper_gain is None
-                else f'{signed(row.paper_gain)} vs {row.baseline}')
+  paper_gain = (
+    ''
+    if row.paper_gain is None
+    else f'{signed(row.paper_gain)} vs {row.baseline}'
+  )
   best = ''
   if cell.best_round:
-    best = (f' {format_stat(row.best)} | '
-            f'{format_gain(row.best_gain, row.baseline)} |')
-  rounds = ', '.join(
-      rounds_label(r) for _, r in sorted(row.runs.items())) or '-'
-  seconds = ', '.join(f'{r["round_seconds"]:.1f}'
-                      for _, r in sorted(row.runs.items())
-                      if r['round_seconds'] is not None) or '-'
-  return (f'| {row.setting} | {row.method} | '
-          f'{"" if row.paper is None else f"{row.paper:.2f}"} | '
-          f'{format_stat(row.ours, row.not_counted)} | {paper_gain} | '
-          f'{format_gain(row.gain, row.baseline)} |{best} {rounds} | '
-          f'{seconds} |')
+    best = (
+      f' {format_stat(row.best)} | {format_gain(row.best_gain, row.baseline)} |'
+    )
+  rounds = (
+    ', '.join(rounds_label(r) for _, r in sorted(row.runs.items())) or '-'
+  )
+  seconds = (
+    ', '.join(
+      f'{r["round_seconds"]:.1f}'
+      for _, r in sorted(row.runs.items())
+      if r['round_seconds'] is not None
+    )
+    or '-'
+  )
+  return (
+    f'| {row.setting} | {row.method} | '
+    f'{"" if row.paper is None else f"{row.paper:.2f}"} | '
+    f'{format_stat(row.ours, row.not_counted)} | {paper_gain} | '
+    f'{format_gain(row.gain, row.baseline)} |{best} {rounds} | '
+    f'{seconds} |'
+  )
 
 
 def full_table_lines(cell: cells.Cell, rows) -> list[str]:
   """Every (setting, method): means, gains, best rounds, rounds, times."""
-  best_columns = (' ours, best round | our gain, best round |'
-                  if cell.best_round else '')
-  return [
-      '## Every setting and method', '',
+  best_columns = (
+    ' ours, best round | our gain, best round |' if cell.best_round else ''
+  )
+  return (
+    [
+      '## Every setting and method',
+      '',
       f'| setting | method | paper{paper_label(cell)} | ours | paper gain | '
       f'our gain |{best_columns} rounds run (per seed) | median s / round |',
-      '|---|---|---|---|---|---|' + '---|' * (2 * cell.best_round)
-      + '---|---|'] + [_full_row(cell, r) for r in rows] + ['']
+      '|---|---|---|---|---|---|' + '---|' * (2 * cell.best_round) + '---|---|',
+    ]
+    + [_full_row(cell, r) for r in rows]
+    + ['']
+  )
 
 
 def paired_row(cell, setting, method, seed, run, base_run) -> str:
@@ -585,25 +700,28 @@ def paired_row(cell, setting, method, seed, run, base_run) -> str:
   if len(rounds) < 4:  # Too few for quarters.
     return ''
   differences = np.array([100 * (ours[r] - base_by_round[r]) for r in rounds])
-  last_ten, best = ('' if g is None else signed(g)
-                    for g in runs_lib.seed_gains(run, base_run))
+  last_ten, best = (
+    '' if g is None else signed(g) for g in runs_lib.seed_gains(run, base_run)
+  )
   spans = np.array_split(differences, 4)
   quarters = ' / '.join(signed(np.mean(q)) for q in spans)
   quarter_size = len(spans[-1])
   baseline_tail = [base_by_round[r] for r in rounds[-quarter_size:]]
   spread = f'{100 * np.std(baseline_tail):.2f}' if quarter_size > 1 else '-'
-  second_half = differences[len(differences) // 2:]
+  second_half = differences[len(differences) // 2 :]
   largest = second_half[np.argmax(np.abs(second_half))]
   label = f'{len(rounds)}'
   if shared:
     label += f' (rounds {rounds[0]}-{rounds[-1]}; 1-{shared} shared)'
   if not (run['planned'] and base_run['planned']):
     label += ' (unfinished)'
-  return (f'| {setting} | {method} vs {baseline} | {seed} | {label} | '
-          f'{last_ten} | {best} | {quarters} | '
-          f'{int(np.sum(differences > 0))} of {len(rounds)} | '
-          f'{int(np.sum(spans[-1] > 0))} of {quarter_size} | '
-          f'{signed(largest)} | {spread} |')
+  return (
+    f'| {setting} | {method} vs {baseline} | {seed} | {label} | '
+    f'{last_ten} | {best} | {quarters} | '
+    f'{int(np.sum(differences > 0))} of {len(rounds)} | '
+    f'{int(np.sum(spans[-1] > 0))} of {quarter_size} | '
+    f'{signed(largest)} | {spread} |'
+  )
 
 
 def paired_lines(cell: cells.Cell, summary) -> list[str]:
@@ -623,31 +741,39 @@ def paired_lines(cell: cells.Cell, summary) -> list[str]:
       runs = summary[(setting, method)]
       base_runs = summary[(setting, cell.baseline_of(method))]
       for seed in sorted(set(runs) & set(base_runs)):
-        rows.append(paired_row(cell, setting, method, seed, runs[seed],
-                               base_runs[seed]))
+        rows.append(
+          paired_row(cell, setting, method, seed, runs[seed], base_runs[seed])
+        )
   rows = [r for r in rows if r]
   if not rows:
     return []
-  return [
-      '## Per seed', '',
+  return (
+    [
+      '## Per seed',
+      '',
       'Each method against its baseline, in accuracy points '
       '(method minus baseline), over the rounds both runs have, after any '
-      'they share (a fork\'s copied rounds). Every seed is listed, '
-      'unfinished ones too. Last 10 and best round: the seed\'s gains as '
+      "they share (a fork's copied rounds). Every seed is listed, "
+      "unfinished ones too. Last 10 and best round: the seed's gains as "
       'the table above defines them, over all rounds, shared ones '
       'included (last 10 is blank where the baseline has not reached the '
-      'method\'s last 10 rounds). The other columns cover the compared '
+      "method's last 10 rounds). The other columns cover the compared "
       'rounds only. Quarters: the mean difference over four consecutive spans '
       'of those rounds, equal to within a round. Ahead: rounds the method '
       'is strictly above. Largest gap: the difference of largest size in '
       'the second half of those rounds, with its sign. Baseline spread: '
-      'the std of the baseline\'s accuracy over their last quarter '
+      "the std of the baseline's accuracy over their last quarter "
       '(round-to-round noise, plus any trend); - where that quarter is a '
-      'single round.', '',
+      'single round.',
+      '',
       '| setting | method | seed | rounds compared | last 10 | best round | '
       'quarters | ahead | ahead, last quarter | largest gap, second half | '
       'baseline spread, last quarter |',
-      '|---|---|---|---|---|---|---|---|---|---|---|'] + rows + ['']
+      '|---|---|---|---|---|---|---|---|---|---|---|',
+    ]
+    + rows
+    + ['']
+  )
 
 
 def metric_row(setting, method, seed, column, run) -> str:
@@ -657,14 +783,19 @@ def metric_row(setting, method, seed, column, run) -> str:
     return ''
   # Elements x rounds.
   values = np.array([v for _, v in metric_curves.values()])
-  early = values[:, :max(1, int(np.ceil(values.shape[1] / 10)))].mean(axis=1)
-  early_text = (f'{early.min():.4f}' if early.size == 1
-                else f'{early.min():.4f}-{early.max():.4f}')
-  late = values[:, values.shape[1] // 2:]
+  early = values[:, : max(1, int(np.ceil(values.shape[1] / 10)))].mean(axis=1)
+  early_text = (
+    f'{early.min():.4f}'
+    if early.size == 1
+    else f'{early.min():.4f}-{early.max():.4f}'
+  )
+  late = values[:, values.shape[1] // 2 :]
   rounds = f'{values.shape[1]}' + ('' if run['planned'] else ' (unfinished)')
-  return (f'| {setting} | {method} | {seed} | {column.rsplit("/", 1)[-1]} | '
-          f'{rounds} | {early_text} | {floor4(values.min())} | '
-          f'{floor4(late.min())} |')
+  return (
+    f'| {setting} | {method} | {seed} | {column.rsplit("/", 1)[-1]} | '
+    f'{rounds} | {early_text} | {floor4(values.min())} | '
+    f'{floor4(late.min())} |'
+  )
 
 
 def metric_lines(cell: cells.Cell, summary) -> list[str]:
@@ -675,22 +806,33 @@ def metric_lines(cell: cells.Cell, summary) -> list[str]:
   the per-element means), the lowest value, and the lowest over their second
   half (both rounded down).
   """
-  rows = [metric_row(setting, method, seed, column, run)
-          for setting in cell.settings for method in cell.methods
-          for seed, run in sorted(summary[(setting, method)].items())
-          for column in cell.plotted_metrics]
+  rows = [
+    metric_row(setting, method, seed, column, run)
+    for setting in cell.settings
+    for method in cell.methods
+    for seed, run in sorted(summary[(setting, method)].items())
+    for column in cell.plotted_metrics
+  ]
   rows = [r for r in rows if r]
   if not rows:
     return []
-  return [
-      '## Plotted metrics', '',
+  return (
+    [
+      '## Plotted metrics',
+      '',
       'Per run, over the rounds that report them. Early: '
       'the mean over the first tenth of those rounds (for a list metric, '
       'one value per tensor or layer: the range of the per-element means). '
       'Lowest: over every round and element. Late lowest: over the second '
-      'half of those rounds. Lowest values are rounded down.', '',
+      'half of those rounds. Lowest values are rounded down.',
+      '',
       '| setting | method | seed | metric | rounds | early | lowest | late '
-      'lowest |', '|---|---|---|---|---|---|---|---|'] + rows + ['']
+      'lowest |',
+      '|---|---|---|---|---|---|---|---|',
+    ]
+    + rows
+    + ['']
+  )
 
 
 def run_note_lines(cell: cells.Cell) -> list[str]:
@@ -701,12 +843,18 @@ def run_note_lines(cell: cells.Cell) -> list[str]:
 
 def write_summary_json(base, summary) -> None:
   """Every run's summary, without its curve and rows."""
-  run_files.write_json(os.path.join(base, 'summary.json'), {
+  run_files.write_json(
+    os.path.join(base, 'summary.json'),
+    {
       f'{setting}/{method}': {
-          str(seed): {k: v for k, v in r.items()
-                      if k not in ('curve', 'window', 'rows')}
-          for seed, r in runs.items()}
-      for (setting, method), runs in summary.items()})
+        str(seed): {
+          k: v for k, v in r.items() if k not in ('curve', 'window', 'rows')
+        }
+        for seed, r in runs.items()
+      }
+      for (setting, method), runs in summary.items()
+    },
+  )
 
 
 def appendix_path(report_path: str) -> str:
@@ -723,13 +871,21 @@ def write_report(cell: cells.Cell, root: str) -> str:
   summary = runs_lib.collect(root, cell)
   rows = runs_lib.rows(cell, summary)
   accuracy_plots, metric_plots = write_plots(cell, summary, base)
-  readme = ([f'# {cell.title}', ''] + summary_lines(cell, rows)
-            + main_table_lines(cell, rows) + metric_note_lines(cell)
-            + curve_lines(accuracy_plots, metric_plots)
-            + deviation_lines(cell))
-  appendix = (appendix_intro_lines(cell) + full_table_lines(cell, rows)
-              + paired_lines(cell, summary) + metric_lines(cell, summary)
-              + run_note_lines(cell))
+  readme = (
+    [f'# {cell.title}', '']
+    + summary_lines(cell, rows)
+    + main_table_lines(cell, rows)
+    + metric_note_lines(cell)
+    + curve_lines(accuracy_plots, metric_plots)
+    + deviation_lines(cell)
+  )
+  appendix = (
+    appendix_intro_lines(cell)
+    + full_table_lines(cell, rows)
+    + paired_lines(cell, summary)
+    + metric_lines(cell, summary)
+    + run_note_lines(cell)
+  )
   path = os.path.join(base, 'README.md')
   run_files.write_text(path, '\n'.join(readme))
   run_files.write_text(appendix_path(path), '\n'.join(appendix))

@@ -38,21 +38,29 @@ from results.fmnist import report
 from results.fmnist import runs
 
 _CELL = flags.DEFINE_enum(
-    'cell', None, sorted(cells.CELLS),
-    'The cell (optional with --report_only: then every cell).')
+  'cell',
+  None,
+  sorted(cells.CELLS),
+  'The cell (optional with --report_only: then every cell).',
+)
 _SETTINGS = flags.DEFINE_list('settings', None, 'Settings (default: all).')
 _METHODS = flags.DEFINE_list('methods', None, 'Methods (default: all).')
-_SEEDS = flags.DEFINE_list('seeds', None, 'Seeds (default: the cell\'s).')
+_SEEDS = flags.DEFINE_list('seeds', None, "Seeds (default: the cell's).")
 _ROUNDS = flags.DEFINE_integer(
-    'rounds', None,
-    'Stop at this many rounds (default: each setting\'s planned rounds, its '
-    'reduced protocol\'s where it has one); the report labels a run below '
-    'them as unfinished.')
+  'rounds',
+  None,
+  "Stop at this many rounds (default: each setting's planned rounds, its "
+  "reduced protocol's where it has one); the report labels a run below "
+  'them as unfinished.',
+)
 _REPORT_ONLY = flags.DEFINE_bool('report_only', False, 'Only the report.')
 _ROOT = flags.DEFINE_string(
-    'root', None,
-    'Where results/ is (default: the workspace under bazel run, else the '
-    'current directory).')
+  'root',
+  None,
+  'Where results/ is (default: the workspace under bazel run, else the '
+  'current directory).',
+)
+
 
 def _root() -> str:
   return _ROOT.value or os.environ.get('BUILD_WORKSPACE_DIRECTORY', os.getcwd())
@@ -93,11 +101,12 @@ def _lock(directory: str) -> Iterator[None]:
     except BlockingIOError:
       lock.seek(0)
       raise SystemExit(
-          f'error: another process is running {directory}: it holds '
-          f'{directory}.lock (taken by {lock.read().strip() or "?"}, a '
-          'reproduce driver, or the binary it launched). Wait for it to '
-          'finish; a run forked from another (Cell.forks) also waits for '
-          'its source to reach the fork round.') from None
+        f'error: another process is running {directory}: it holds '
+        f'{directory}.lock (taken by {lock.read().strip() or "?"}, a '
+        'reproduce driver, or the binary it launched). Wait for it to '
+        'finish; a run forked from another (Cell.forks) also waits for '
+        'its source to reach the fork round.'
+      ) from None
     lock.truncate(0)
     lock.write(f'pid {os.getpid()}\n')
     lock.flush()
@@ -127,15 +136,20 @@ def _fork(cell, setting, method, seed) -> bool:
   checkpoint = run_files.checkpoint_path(source, fork_round)
   if not os.path.isdir(checkpoint):
     logging.warning(
-        '%s: the %s run of seed %d has no checkpoint of round %d any more, '
-        'so this run starts from round 1.', directory, source_method, seed,
-        fork_round)
+      '%s: the %s run of seed %d has no checkpoint of round %d any more, '
+      'so this run starts from round 1.',
+      directory,
+      source_method,
+      seed,
+      fork_round,
+    )
     return False
   staging = f'{directory}.forking'
   shutil.rmtree(staging, ignore_errors=True)
   shutil.copytree(checkpoint, run_files.checkpoint_path(staging, fork_round))
-  rows = [r for r in run_files.read_metrics(source)
-          if int(r['key']) <= fork_round]
+  rows = [
+    r for r in run_files.read_metrics(source) if int(r['key']) <= fork_round
+  ]
   with open(os.path.join(staging, run_files.METRICS_CSV), 'w') as f:
     writer = csv.DictWriter(f, fieldnames=list(rows[0]))
     writer.writeheader()
@@ -143,19 +157,23 @@ def _fork(cell, setting, method, seed) -> bool:
   events = os.path.join(source, run_files.TENSORBOARD_DIR)
   if os.path.isdir(events):
     shutil.copytree(events, os.path.join(staging, run_files.TENSORBOARD_DIR))
-  run_files.write_json(os.path.join(staging, FORK_JSON), dict(
+  run_files.write_json(
+    os.path.join(staging, FORK_JSON),
+    dict(
       source=os.path.relpath(source, os.path.dirname(directory)),
-      round=fork_round))
+      round=fork_round,
+    ),
+  )
   replaced = f'{directory}.replaced'
   shutil.rmtree(replaced, ignore_errors=True)
   if os.path.exists(directory):
-    logging.info('%s: unfinished and without checkpoints; made again.',
-                 directory)
+    logging.info(
+      '%s: unfinished and without checkpoints; made again.', directory
+    )
     os.replace(directory, replaced)
   os.replace(staging, directory)
   shutil.rmtree(replaced, ignore_errors=True)
-  logging.info('%s: forked from %s at round %d.', directory, source,
-               fork_round)
+  logging.info('%s: forked from %s at round %d.', directory, source, fork_round)
   return True
 
 
@@ -165,9 +183,10 @@ def _needs_fork(directory: str, rounds: int) -> bool:
   The latter (a fresh checkout, made by a fork or not) would restart from
   round 1, so it is forked again.
   """
-  return (not os.path.exists(directory)
-          or (run_files.latest_checkpoint(directory) is None
-              and _completed_rounds(directory) < rounds))
+  return not os.path.exists(directory) or (
+    run_files.latest_checkpoint(directory) is None
+    and _completed_rounds(directory) < rounds
+  )
 
 
 def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
@@ -186,19 +205,29 @@ def run_one(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
     if method in cell.forks:
       source_method, fork_round = cell.forks[method]
       if rounds < fork_round:
-        logging.info('%s: its first %d rounds are the %s run\'s; nothing '
-                     'to run for %d rounds.', directory, fork_round,
-                     source_method, rounds)
+        logging.info(
+          "%s: its first %d rounds are the %s run's; nothing "
+          'to run for %d rounds.',
+          directory,
+          fork_round,
+          source_method,
+          rounds,
+        )
         return
-      if (_needs_fork(directory, rounds)
-          and not _fork(cell, setting, method, seed)
-          and os.path.exists(directory)):
+      if (
+        _needs_fork(directory, rounds)
+        and not _fork(cell, setting, method, seed)
+        and os.path.exists(directory)
+      ):
         shutil.rmtree(directory)  # It restarts from round 1: none copied.
     fork_rounds = min(rounds, cell.planned_rounds(setting))
     for forked, (source_method, fork_round) in cell.forks.items():
       fork_dir = run_dir(cell, setting, forked, seed)
-      if (source_method == method and rounds > fork_round
-          and _needs_fork(fork_dir, fork_rounds)):
+      if (
+        source_method == method
+        and rounds > fork_round
+        and _needs_fork(fork_dir, fork_rounds)
+      ):
         with _lock(fork_dir):
           if _needs_fork(fork_dir, fork_rounds):  # Made since the check?
             _fork(cell, setting, forked, seed)
@@ -221,12 +250,15 @@ def _run(cell, setting, method, seed, rounds, *, to_fork=False) -> None:
   latest = run_files.latest_checkpoint(directory)
   done = _completed_rounds(directory)
   if done >= rounds and (latest is None or latest >= rounds):
-    if not (to_fork and latest is None
-            and done < cell.planned_rounds(setting)):
+    if not (to_fork and latest is None and done < cell.planned_rounds(setting)):
       logging.info('%s: done (%d rounds).', directory, rounds)
       return
-    logging.info('%s: unfinished and without checkpoints; run again from '
-                 'round 1 to round %d, the fork round.', directory, rounds)
+    logging.info(
+      '%s: unfinished and without checkpoints; run again from '
+      'round 1 to round %d, the fork round.',
+      directory,
+      rounds,
+    )
   _launch(cell, setting, method, seed, rounds)
 
 
@@ -234,18 +266,28 @@ def _launch(cell, setting, method, seed, rounds) -> None:
   """Runs `//experiments:fmnist` for one run up to `rounds`."""
   directory = run_dir(cell, setting, method, seed)
   arguments = [sys.executable, '-m', 'experiments.fmnist'] + _flag_args(
-      dict(cell.run_flags(setting, method), seed=seed, rounds=rounds,
-           output_dir=directory))
+    dict(
+      cell.run_flags(setting, method),
+      seed=seed,
+      rounds=rounds,
+      output_dir=directory,
+    )
+  )
   logging.info('Running %s', ' '.join(arguments[1:]))
   environment = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
   held = _held_locks.get(directory)
   completed = subprocess.run(  # The binary holds the run's lock too.
-      arguments, env=environment, check=False,
-      pass_fds=(held.fileno(),) if held else ())
+    arguments,
+    env=environment,
+    check=False,
+    pass_fds=(held.fileno(),) if held else (),
+  )
   if completed.returncode != 0:
-    raise SystemExit(f'error: the run in {directory} failed (exit '
-                     f'{completed.returncode}); rerun the same command to '
-                     'resume it.')
+    raise SystemExit(
+      f'error: the run in {directory} failed (exit '
+      f'{completed.returncode}); rerun the same command to '
+      'resume it.'
+    )
 
 
 def write_report(cell: cells.Cell) -> str:
@@ -278,8 +320,13 @@ def current_cell(cell: cells.Cell, path: str = cells.__file__) -> cells.Cell:
     spec.loader.exec_module(module)
     return module.CELLS[cell.name]
   except Exception as e:  # pylint: disable=broad-except
-    logging.warning('%s did not load (%s: %s); the report keeps the cell as '
-                    'this driver started with it.', path, type(e).__name__, e)
+    logging.warning(
+      '%s did not load (%s: %s); the report keeps the cell as '
+      'this driver started with it.',
+      path,
+      type(e).__name__,
+      e,
+    )
     return cell
 
 
@@ -296,17 +343,22 @@ def main(argv):
   del argv
   if _CELL.value is None:
     if not _REPORT_ONLY.value:
-      raise SystemExit(f'error: give --cell (one of {sorted(cells.CELLS)}), '
-                       'or --report_only to rewrite every report.')
+      raise SystemExit(
+        f'error: give --cell (one of {sorted(cells.CELLS)}), '
+        'or --report_only to rewrite every report.'
+      )
     print('\n'.join(write_all_reports()))
     return
   cell = cells.CELLS[_CELL.value]
-  for name, chosen, known in (('settings', _SETTINGS.value, cell.settings),
-                              ('methods', _METHODS.value, cell.methods)):
+  for name, chosen, known in (
+    ('settings', _SETTINGS.value, cell.settings),
+    ('methods', _METHODS.value, cell.methods),
+  ):
     unknown = sorted(set(chosen or ()) - set(known))
     if unknown:
-      raise SystemExit(f'error: unknown {name} {unknown}; the cell has '
-                       f'{sorted(known)}.')
+      raise SystemExit(
+        f'error: unknown {name} {unknown}; the cell has {sorted(known)}.'
+      )
   if not _REPORT_ONLY.value:
     seeds = [int(s) for s in _SEEDS.value] if _SEEDS.value else cell.seeds
     for seed in seeds:

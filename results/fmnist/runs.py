@@ -25,12 +25,14 @@ FORK_JSON = 'fork.json'
 Stat = tuple[float, float, int]
 
 
-def run_path(root: str, cell: cells.Cell, setting: str, method: str,
-             seed: int) -> str:
+def run_path(
+  root: str, cell: cells.Cell, setting: str, method: str, seed: int
+) -> str:
   """A run's directory (another cell's where `cell.shared` says so)."""
   cell_name, setting = cell.shared.get(method, (cell.name, setting))
-  return os.path.join(root, 'results', 'fmnist', cell_name, setting,
-                      f'{method}_seed{seed}')
+  return os.path.join(
+    root, 'results', 'fmnist', cell_name, setting, f'{method}_seed{seed}'
+  )
 
 
 def completed_rounds(directory: str) -> int:
@@ -75,21 +77,32 @@ def summarise(directory: str, cell: cells.Cell, setting: str):
   if planned_rounds < ran < cell.rounds:
     rows = rows[:planned_rounds]
   rounds, accuracies = run_files.accuracy_curve(
-      rows, 'sparse_categorical_accuracy')
+    rows, 'sparse_categorical_accuracy'
+  )
   if not rounds:
     return None
   done = len(rows)
   window = [r for r in rounds if r > done - LAST_ROUNDS]
   forked = _fork_of(directory)
   own_from = forked['round'] if forked else 0  # The source timed the rest.
-  seconds = [float(r['round_seconds']) for r in rows
-             if r.get('round_seconds') and int(r['key']) > own_from]
+  seconds = [
+    float(r['round_seconds'])
+    for r in rows
+    if r.get('round_seconds') and int(r['key']) > own_from
+  ]
   return collections.OrderedDict(
-      accuracy=window_accuracy((rounds, accuracies), window), rounds=done,
-      best=100 * max(accuracies), complete=done >= cell.rounds,
-      planned=done >= planned_rounds, ran=ran,
-      round_seconds=float(np.median(seconds)) if seconds else None,
-      window=window, curve=(rounds, accuracies), forked=forked, rows=rows)
+    accuracy=window_accuracy((rounds, accuracies), window),
+    rounds=done,
+    best=100 * max(accuracies),
+    complete=done >= cell.rounds,
+    planned=done >= planned_rounds,
+    ran=ran,
+    round_seconds=float(np.median(seconds)) if seconds else None,
+    window=window,
+    curve=(rounds, accuracies),
+    forked=forked,
+    rows=rows,
+  )
 
 
 def collect(root: str, cell: cells.Cell):
@@ -99,8 +112,9 @@ def collect(root: str, cell: cells.Cell):
     for method in cell.methods:
       runs = {}
       for seed in cell.seeds:
-        result = summarise(run_path(root, cell, setting, method, seed), cell,
-                           setting)
+        result = summarise(
+          run_path(root, cell, setting, method, seed), cell, setting
+        )
         if result is not None:
           runs[seed] = result
       summary[(setting, method)] = runs
@@ -130,8 +144,9 @@ def seed_gains(run, base_run):
   last = min(run['rounds'], base_run['rounds'])
   ours_best = best_accuracy(run['curve'], last)
   base_best = best_accuracy(base_run['curve'], last)
-  best = (None if ours_best is None or base_best is None
-          else ours_best - base_best)
+  best = (
+    None if ours_best is None or base_best is None else ours_best - base_best
+  )
   return last_ten, best
 
 
@@ -141,9 +156,11 @@ def shared_rounds(cell, method, baseline, run, base_run) -> int:
   That is where one run is forked (`Cell.forks`) from the other, or both
   from the same source: their first rows are copies.
   """
-  sources = {name: cell.forks[name] for name, r in
-             ((method, run), (baseline, base_run))
-             if r['forked'] and name in cell.forks}
+  sources = {
+    name: cell.forks[name]
+    for name, r in ((method, run), (baseline, base_run))
+    if r['forked'] and name in cell.forks
+  }
   shared = 0
   for name, (source, fork_round) in sources.items():
     other = baseline if name == method else method
@@ -155,6 +172,7 @@ def shared_rounds(cell, method, baseline, run, base_run) -> int:
 @dataclasses.dataclass
 class Row:
   """One (setting, method) of a cell: ours, our gain, the paper's."""
+
   setting: str
   method: str
   baseline: str
@@ -174,10 +192,13 @@ def _paired_seeds(cell, method, baseline, runs, base_runs, counted_runs):
   Not the baseline itself, nor a seed whose two runs have only rounds they
   share (a fork's copies).
   """
-  return [s for s in sorted(set(counted_runs) & set(base_runs))
-          if method != baseline
-          and min(runs[s]['rounds'], base_runs[s]['rounds'])
-          > shared_rounds(cell, method, baseline, runs[s], base_runs[s])]
+  return [
+    s
+    for s in sorted(set(counted_runs) & set(base_runs))
+    if method != baseline
+    and min(runs[s]['rounds'], base_runs[s]['rounds'])
+    > shared_rounds(cell, method, baseline, runs[s], base_runs[s])
+  ]
 
 
 def compare(cell: cells.Cell, summary, setting: str, method: str) -> Row:
@@ -189,27 +210,39 @@ def compare(cell: cells.Cell, summary, setting: str, method: str) -> Row:
   use = counted(runs)
   baseline = cell.baseline_of(method)
   base_runs = summary[(setting, baseline)]
-  gains = [seed_gains(runs[s], base_runs[s]) for s in
-           _paired_seeds(cell, method, baseline, runs, base_runs, use)]
+  gains = [
+    seed_gains(runs[s], base_runs[s])
+    for s in _paired_seeds(cell, method, baseline, runs, base_runs, use)
+  ]
   paper = cell.paper.get((setting, method))
   paper_base = cell.paper.get((setting, baseline))
-  paper_gain = (paper - paper_base
-                if paper is not None and paper_base is not None
-                and method != baseline else None)
+  paper_gain = (
+    paper - paper_base
+    if paper is not None and paper_base is not None and method != baseline
+    else None
+  )
   return Row(
-      setting=setting, method=method, baseline=baseline, runs=runs,
-      ours=mean_std([r['accuracy'] for r in use.values()]),
-      not_counted=sorted(set(runs) - set(use)),
-      gain=mean_std([g for g, _ in gains if g is not None]),
-      best=mean_std([r['best'] for r in use.values()]),
-      best_gain=mean_std([b for _, b in gains if b is not None]),
-      paper=paper, paper_gain=paper_gain)
+    setting=setting,
+    method=method,
+    baseline=baseline,
+    runs=runs,
+    ours=mean_std([r['accuracy'] for r in use.values()]),
+    not_counted=sorted(set(runs) - set(use)),
+    gain=mean_std([g for g, _ in gains if g is not None]),
+    best=mean_std([r['best'] for r in use.values()]),
+    best_gain=mean_std([b for _, b in gains if b is not None]),
+    paper=paper,
+    paper_gain=paper_gain,
+  )
 
 
 def rows(cell: cells.Cell, summary) -> list[Row]:
   """Every (setting, method) of the cell, in its order."""
-  return [compare(cell, summary, setting, method)
-          for setting in cell.settings for method in cell.methods]
+  return [
+    compare(cell, summary, setting, method)
+    for setting in cell.settings
+    for method in cell.methods
+  ]
 
 
 def metric_curves(rows_of_run, column: str):
@@ -224,8 +257,10 @@ def metric_curves(rows_of_run, column: str):
   rounds, values = list(by_round), list(by_round.values())
   if not isinstance(values[0], list):
     return {'': (rounds, [float(v) for v in values])}
-  return {f'tensor {i}': (rounds, [float(v[i]) for v in values])
-          for i in range(len(values[0]))}
+  return {
+    f'tensor {i}': (rounds, [float(v[i]) for v in values])
+    for i in range(len(values[0]))
+  }
 
 
 def seed_band(runs):

@@ -102,7 +102,7 @@ def unflatten(flat: tf.Tensor, value_type: Any, *, cast: bool = True) -> Any:
     raise ValueError(f'Expected a [D] or [n, D] tensor, got {flat.shape}.')
   if flat.shape[-1] is not None and flat.shape[-1] != size:
     raise ValueError(
-        f'Expected rows of {size} elements for {value_type}, got {flat.shape}.'
+      f'Expected rows of {size} elements for {value_type}, got {flat.shape}.'
     )
   sizes = [value_types.num_elements(t) for t in leaves]
   parts = tf.split(flat, sizes, axis=-1)
@@ -122,9 +122,9 @@ def unflatten(flat: tf.Tensor, value_type: Any, *, cast: bool = True) -> Any:
 
 def _overflow_message(max_clients: int) -> str:
   return (
-      f'CollectAllFactory(max_clients={max_clients}): the cohort has more '
-      f'than max_clients={max_clients} clients; create the factory with '
-      'max_clients >= the largest cohort.'
+    f'CollectAllFactory(max_clients={max_clients}): the cohort has more '
+    f'than max_clients={max_clients} clients; create the factory with '
+    'max_clients >= the largest cohort.'
   )
 
 
@@ -151,7 +151,7 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
       ValueError: If `max_clients` is not positive.
     """
     if not isinstance(max_clients, (int, np.integer)) or isinstance(
-        max_clients, bool
+      max_clients, bool
     ):
       raise TypeError(f'max_clients must be an int, got {max_clients!r}.')
     if max_clients < 1:
@@ -163,9 +163,9 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
     return self._max_clients
 
   def create(
-      self,
-      value_type: Union[tff.TensorType, tff.StructType],
-      weight_type: Union[tff.TensorType, tff.StructType],
+    self,
+    value_type: Union[tff.TensorType, tff.StructType],
+    weight_type: Union[tff.TensorType, tff.StructType],
   ) -> tff.templates.AggregationProcess:
     value_type = value_types.to_type(value_type)
     value_types.check_float_leaves(value_type, _NAME)
@@ -174,28 +174,28 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
     max_clients = self._max_clients
 
     client_type = tff.types.to_type(
-        collections.OrderedDict(value=value_type, weight=weight_type)
+      collections.OrderedDict(value=value_type, weight=weight_type)
     )
     acc_type = tff.types.to_type(
-        collections.OrderedDict(
-            rows=tuple(
-                tff.TensorType(np.float32, [None]) for _ in range(max_clients)
-            ),
-            weights=tff.TensorType(np.float32, [max_clients]),
-            num_clients=tff.TensorType(np.int32),
-            num_non_finite=tff.TensorType(np.int32),
-            num_zero_weight=tff.TensorType(np.int32),
-        )
+      collections.OrderedDict(
+        rows=tuple(
+          tff.TensorType(np.float32, [None]) for _ in range(max_clients)
+        ),
+        weights=tff.TensorType(np.float32, [max_clients]),
+        num_clients=tff.TensorType(np.int32),
+        num_non_finite=tff.TensorType(np.int32),
+        num_zero_weight=tff.TensorType(np.int32),
+      )
     )
 
     @tff.tensorflow.computation
     def zero():
       return collections.OrderedDict(
-          rows=tuple(tf.zeros([0], tf.float32) for _ in range(max_clients)),
-          weights=tf.zeros([max_clients], tf.float32),
-          num_clients=tf.constant(0, tf.int32),
-          num_non_finite=tf.constant(0, tf.int32),
-          num_zero_weight=tf.constant(0, tf.int32),
+        rows=tuple(tf.zeros([0], tf.float32) for _ in range(max_clients)),
+        weights=tf.zeros([max_clients], tf.float32),
+        num_clients=tf.constant(0, tf.int32),
+        num_non_finite=tf.constant(0, tf.int32),
+        num_zero_weight=tf.constant(0, tf.int32),
       )
 
     @tff.tensorflow.computation(acc_type, client_type)
@@ -205,34 +205,33 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
       row = flatten(client['value'])
       weight = tf.cast(client['weight'], tf.float32)
       finite = tf.logical_and(
-          tf.reduce_all(tf.math.is_finite(row)), tf.math.is_finite(weight)
+        tf.reduce_all(tf.math.is_finite(row)), tf.math.is_finite(weight)
       )
       k = acc['num_clients']
       check = tf.debugging.assert_less(
-          k, max_clients, message=_overflow_message(max_clients)
+        k, max_clients, message=_overflow_message(max_clients)
       )
       with tf.control_dependencies([check]):
         k = tf.identity(k)
       # Slot k takes the row; the others pass through uncopied.
       rows = tuple(
-          tf.cond(
-              tf.equal(k, i),
-              lambda: row,
-              lambda slot=slot: slot,
-          )
-          for i, slot in enumerate(acc['rows'])
+        tf.cond(
+          tf.equal(k, i),
+          lambda: row,
+          lambda slot=slot: slot,
+        )
+        for i, slot in enumerate(acc['rows'])
       )
       weights = tf.tensor_scatter_nd_update(
-          acc['weights'], tf.reshape(k, [1, 1]), [weight]
+        acc['weights'], tf.reshape(k, [1, 1]), [weight]
       )
       zero_weight = tf.cast(tf.equal(weight, 0.0), tf.int32)
       return collections.OrderedDict(
-          rows=rows,
-          weights=weights,
-          num_clients=k + 1,
-          num_non_finite=acc['num_non_finite']
-          + 1 - tf.cast(finite, tf.int32),
-          num_zero_weight=acc['num_zero_weight'] + zero_weight,
+        rows=rows,
+        weights=weights,
+        num_clients=k + 1,
+        num_non_finite=acc['num_non_finite'] + 1 - tf.cast(finite, tf.int32),
+        num_zero_weight=acc['num_zero_weight'] + zero_weight,
       )
 
     @tff.tensorflow.computation(acc_type, acc_type)
@@ -241,7 +240,7 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
       count_a, count_b = a['num_clients'], b['num_clients']
       total = count_a + count_b
       check = tf.debugging.assert_less_equal(
-          total, max_clients, message=_overflow_message(max_clients)
+        total, max_clients, message=_overflow_message(max_clients)
       )
       with tf.control_dependencies([check]):
         total = tf.identity(total)
@@ -250,28 +249,28 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
 
       def slot(i):
         return tf.cond(
-            i < count_a,
-            lambda: a['rows'][i],
-            lambda: tf.cond(
-                i < total,
-                lambda: tf.gather(b_rows, i - count_a),
-                lambda: empty,
-            ),
+          i < count_a,
+          lambda: a['rows'][i],
+          lambda: tf.cond(
+            i < total,
+            lambda: tf.gather(b_rows, i - count_a),
+            lambda: empty,
+          ),
         )
 
       rows = tuple(slot(i) for i in range(max_clients))
       # a's weights, then b's at positions count_a..total-1 (static shape).
       weights = tf.tensor_scatter_nd_update(
-          a['weights'],
-          tf.range(count_a, total)[:, tf.newaxis],
-          b['weights'][:count_b],
+        a['weights'],
+        tf.range(count_a, total)[:, tf.newaxis],
+        b['weights'][:count_b],
       )
       return collections.OrderedDict(
-          rows=rows,
-          weights=weights,
-          num_clients=total,
-          num_non_finite=a['num_non_finite'] + b['num_non_finite'],
-          num_zero_weight=a['num_zero_weight'] + b['num_zero_weight'],
+        rows=rows,
+        weights=weights,
+        num_clients=total,
+        num_non_finite=a['num_non_finite'] + b['num_non_finite'],
+        num_zero_weight=a['num_zero_weight'] + b['num_zero_weight'],
       )
 
     @tff.tensorflow.computation(acc_type)
@@ -279,14 +278,16 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
       n = acc['num_clients']
       values = tf.reshape(tf.concat(acc['rows'], axis=0), [n, size])
       return collections.OrderedDict(
-          result=collections.OrderedDict(
-              values=values, weights=acc['weights'][:n]
-          ),
-          measurements=collections.OrderedDict([
-              (NUM_CLIENTS, n),
-              (NUM_NON_FINITE_CLIENTS, acc['num_non_finite']),
-              (NUM_ZERO_WEIGHT_CLIENTS, acc['num_zero_weight']),
-          ]),
+        result=collections.OrderedDict(
+          values=values, weights=acc['weights'][:n]
+        ),
+        measurements=collections.OrderedDict(
+          [
+            (NUM_CLIENTS, n),
+            (NUM_NON_FINITE_CLIENTS, acc['num_non_finite']),
+            (NUM_ZERO_WEIGHT_CLIENTS, acc['num_zero_weight']),
+          ]
+        ),
       )
 
     @tff.federated_computation()
@@ -294,21 +295,22 @@ class CollectAllFactory(tff.aggregators.WeightedAggregationFactory):
       return tff.federated_value((), tff.SERVER)
 
     @tff.federated_computation(
-        init_fn.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS),
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
     )
     def next_fn(state, value, weight):
       output = tff.federated_aggregate(
-          tff.federated_zip(
-              collections.OrderedDict(value=value, weight=weight)
-          ),
-          zero(), accumulate, merge, report,
+        tff.federated_zip(collections.OrderedDict(value=value, weight=weight)),
+        zero(),
+        accumulate,
+        merge,
+        report,
       )
       return tff.templates.MeasuredProcessOutput(
-          state=state,
-          result=output.result,
-          measurements=output.measurements,
+        state=state,
+        result=output.result,
+        measurements=output.measurements,
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)

@@ -33,17 +33,20 @@ class DroppedClientsFactory(tff.aggregators.WeightedAggregationFactory):
   """
 
   def __init__(
-      self,
-      inner_agg_factory: Optional[
-          tff.aggregators.WeightedAggregationFactory] = None,
+    self,
+    inner_agg_factory: Optional[
+      tff.aggregators.WeightedAggregationFactory
+    ] = None,
   ):
     if inner_agg_factory is None:
       inner_agg_factory = tff.aggregators.MeanFactory()
-    if not isinstance(inner_agg_factory,
-                      tff.aggregators.WeightedAggregationFactory):
+    if not isinstance(
+      inner_agg_factory, tff.aggregators.WeightedAggregationFactory
+    ):
       raise TypeError(
-          'DroppedClientsFactory wraps a weighted aggregation factory, got '
-          f'{inner_agg_factory!r}.')
+        'DroppedClientsFactory wraps a weighted aggregation factory, got '
+        f'{inner_agg_factory!r}.'
+      )
     self._inner = inner_agg_factory
 
   def create(self, value_type, weight_type) -> tff.templates.AggregationProcess:
@@ -51,30 +54,40 @@ class DroppedClientsFactory(tff.aggregators.WeightedAggregationFactory):
 
     @tff.tensorflow.computation(value_type, weight_type)
     def dropped(value, weight):
-      finite = tf.reduce_all([
+      finite = tf.reduce_all(
+        [
           tf.reduce_all(tf.math.is_finite(tf.cast(x, tf.float32)))
           for x in tf.nest.flatten(value)
-      ] + [tf.math.is_finite(tf.cast(weight, tf.float32))])
+        ]
+        + [tf.math.is_finite(tf.cast(weight, tf.float32))]
+      )
       kept = tf.logical_and(finite, tf.cast(weight, tf.float32) > 0)
-      return collections.OrderedDict([
+      return collections.OrderedDict(
+        [
           (NUM_CLIENTS, tf.constant(1, tf.int32)),
           (NUM_DROPPED_CLIENTS, 1 - tf.cast(kept, tf.int32)),
-      ])
+        ]
+      )
 
     @tff.federated_computation(
-        inner.next.type_signature.parameter[0],
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS),
+      inner.next.type_signature.parameter[0],
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
     )
     def next_fn(state, value, weight):
       output = inner.next(state, value, weight)
       counts = tff.federated_sum(tff.federated_map(dropped, (value, weight)))
-      measurements = tff.federated_zip(collections.OrderedDict([
-          ('inner', output.measurements),
-          (NUM_CLIENTS, counts[NUM_CLIENTS]),
-          (NUM_DROPPED_CLIENTS, counts[NUM_DROPPED_CLIENTS]),
-      ]))
+      measurements = tff.federated_zip(
+        collections.OrderedDict(
+          [
+            ('inner', output.measurements),
+            (NUM_CLIENTS, counts[NUM_CLIENTS]),
+            (NUM_DROPPED_CLIENTS, counts[NUM_DROPPED_CLIENTS]),
+          ]
+        )
+      )
       return tff.templates.MeasuredProcessOutput(
-          output.state, output.result, measurements)
+        output.state, output.result, measurements
+      )
 
     return tff.templates.AggregationProcess(inner.initialize, next_fn)

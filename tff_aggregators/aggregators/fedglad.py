@@ -49,12 +49,12 @@ _NAME = 'FedGladFactory'
 
 
 def gradient_similarity(
-    mean_squared_norm: tf.Tensor,
-    squared_norm_of_mean: tf.Tensor,
-    *,
-    eps: float,
-    tiny: float,
-    finite: Optional[tf.Tensor] = None,
+  mean_squared_norm: tf.Tensor,
+  squared_norm_of_mean: tf.Tensor,
+  *,
+  eps: float,
+  tiny: float,
+  finite: Optional[tf.Tensor] = None,
 ) -> tuple[tf.Tensor, tf.Tensor]:
   """GSI (Eq. 9) per group, and which groups are valid (not degenerate).
 
@@ -69,16 +69,16 @@ def gradient_similarity(
     (gsi float32 [G], with 1 for degenerate groups; valid bool [G]).
   """
   valid = tf.logical_and(
-      tf.logical_and(
-          tf.math.is_finite(mean_squared_norm),
-          tf.math.is_finite(squared_norm_of_mean),
-      ),
-      tf.logical_and(mean_squared_norm > tiny, squared_norm_of_mean > tiny),
+    tf.logical_and(
+      tf.math.is_finite(mean_squared_norm),
+      tf.math.is_finite(squared_norm_of_mean),
+    ),
+    tf.logical_and(mean_squared_norm > tiny, squared_norm_of_mean > tiny),
   )
   if finite is not None:
     valid = tf.logical_and(valid, finite)
   ratio = tf.math.divide_no_nan(
-      mean_squared_norm + eps, squared_norm_of_mean + eps
+    mean_squared_norm + eps, squared_norm_of_mean + eps
   )
   gsi = tf.sqrt(tf.maximum(ratio, 1.0))
   return tf.where(valid, gsi, tf.ones_like(gsi)), valid
@@ -106,16 +106,17 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
   """
 
   def __init__(
-      self,
-      *,
-      gamma: float = 0.02,
-      beta: float = 0.9,
-      grouping: str = 'per_variable',
-      emit: str = 'scaled_update',
-      inner_agg_factory: Optional[
-          tff.aggregators.WeightedAggregationFactory] = None,
-      eps: float = 1e-12,
-      tiny: float = 1e-30,
+    self,
+    *,
+    gamma: float = 0.02,
+    beta: float = 0.9,
+    grouping: str = 'per_variable',
+    emit: str = 'scaled_update',
+    inner_agg_factory: Optional[
+      tff.aggregators.WeightedAggregationFactory
+    ] = None,
+    eps: float = 1e-12,
+    tiny: float = 1e-30,
   ):
     """Initializes the factory.
 
@@ -142,21 +143,23 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
       raise ValueError(f'beta must be in [0, 1), got {beta}.')
     if grouping not in GROUPINGS:
       raise ValueError(
-          f'grouping must be one of {GROUPINGS}, got {grouping!r}.')
+        f'grouping must be one of {GROUPINGS}, got {grouping!r}.'
+      )
     if emit not in EMITS:
       raise ValueError(f'emit must be one of {EMITS}, got {emit!r}.')
     if not (eps >= 0 and tiny >= 0):
       raise ValueError(f'eps and tiny must be >= 0, got {eps}, {tiny}.')
     if inner_agg_factory is None:
       inner_agg_factory = tff.aggregators.MeanFactory(no_nan_division=True)
-    if not isinstance(inner_agg_factory,
-                      tff.aggregators.WeightedAggregationFactory):
+    if not isinstance(
+      inner_agg_factory, tff.aggregators.WeightedAggregationFactory
+    ):
       raise TypeError(
-          'FedGladFactory needs a weighted inner mean factory (e.g. '
-          'tff.aggregators.MeanFactory()); wrap an unweighted one (e.g. '
-          'tff.aggregators.DifferentiallyPrivateFactory) in '
-          'tff.aggregators.as_weighted_aggregator (weights ignored), got '
-          f'{inner_agg_factory!r}.'
+        'FedGladFactory needs a weighted inner mean factory (e.g. '
+        'tff.aggregators.MeanFactory()); wrap an unweighted one (e.g. '
+        'tff.aggregators.DifferentiallyPrivateFactory) in '
+        'tff.aggregators.as_weighted_aggregator (weights ignored), got '
+        f'{inner_agg_factory!r}.'
       )
     self._gamma = float(gamma)
     self._beta = float(beta)
@@ -167,7 +170,7 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
     self._tiny = float(tiny)
 
   def create(
-      self, value_type: Any, weight_type: Any
+    self, value_type: Any, weight_type: Any
   ) -> tff.templates.AggregationProcess:
     value_type = value_types.to_type(value_type)
     leaves = value_types.check_float_leaves(value_type, _NAME)
@@ -179,29 +182,29 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
     emit = self._emit
 
     packed_type = tff.types.to_type(
-        collections.OrderedDict(
-            update=value_type,
-            squared_norms=tff.TensorType(np.float32, [num_leaves]),
-        )
+      collections.OrderedDict(
+        update=value_type,
+        squared_norms=tff.TensorType(np.float32, [num_leaves]),
+      )
     )
     inner_process = self._inner.create(packed_type, weight_type)
 
     @tff.tensorflow.computation(value_type)
     def pack(value):
       norms = [
-          tf.reduce_sum(tf.square(tf.cast(leaf, tf.float32)))
-          for leaf in tf.nest.flatten(value)
+        tf.reduce_sum(tf.square(tf.cast(leaf, tf.float32)))
+        for leaf in tf.nest.flatten(value)
       ]
       return collections.OrderedDict(
-          update=value, squared_norms=tf.stack(norms)
+        update=value, squared_norms=tf.stack(norms)
       )
 
     @tff.tensorflow.computation
     def initial_glad_state():
       return collections.OrderedDict(
-          round=tf.constant(0, tf.int32),
-          baseline=tf.zeros([num_groups], tf.float32),
-          initialized=tf.zeros([num_groups], tf.bool),
+        round=tf.constant(0, tf.int32),
+        baseline=tf.zeros([num_groups], tf.float32),
+        initialized=tf.zeros([num_groups], tf.bool),
       )
 
     glad_state_type = initial_glad_state.type_signature.result
@@ -210,22 +213,24 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
     def server_step(glad, mean):
       update_leaves = tf.nest.flatten(mean['update'])
       q = mean['squared_norms']
-      mean_norms = tf.stack([
+      mean_norms = tf.stack(
+        [
           tf.reduce_sum(tf.square(tf.cast(leaf, tf.float32)))
           for leaf in update_leaves
-      ])
+        ]
+      )
       finite = tf.stack(
-          [tf.reduce_all(tf.math.is_finite(leaf)) for leaf in update_leaves]
+        [tf.reduce_all(tf.math.is_finite(leaf)) for leaf in update_leaves]
       )
       gsi_model, _ = gradient_similarity(
-          tf.reduce_sum(q), tf.reduce_sum(mean_norms), eps=eps, tiny=tiny
+        tf.reduce_sum(q), tf.reduce_sum(mean_norms), eps=eps, tiny=tiny
       )
       if not per_variable:
         q = tf.reduce_sum(q, keepdims=True)
         mean_norms = tf.reduce_sum(mean_norms, keepdims=True)
         finite = tf.reduce_all(finite, keepdims=True)
       gsi, valid = gradient_similarity(
-          q, mean_norms, eps=eps, tiny=tiny, finite=finite
+        q, mean_norms, eps=eps, tiny=tiny, finite=finite
       )
       initialized = glad['initialized']
       baseline = tf.where(initialized, glad['baseline'], gsi)
@@ -237,76 +242,74 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
         width = gamma * t
       lower, upper = 1.0 - width, 1.0 + width
       multiplier = tf.where(
-          valid, tf.minimum(tf.maximum(ratio, lower), upper), 1.0
+        valid, tf.minimum(tf.maximum(ratio, lower), upper), 1.0
       )
       updated_baseline = tf.where(
-          initialized, beta * baseline + (1.0 - beta) * gsi, gsi
+        initialized, beta * baseline + (1.0 - beta) * gsi, gsi
       )
       new_glad = collections.OrderedDict(
-          round=glad['round'] + 1,
-          baseline=tf.where(valid, updated_baseline, glad['baseline']),
-          initialized=tf.logical_or(initialized, valid),
+        round=glad['round'] + 1,
+        baseline=tf.where(valid, updated_baseline, glad['baseline']),
+        initialized=tf.logical_or(initialized, valid),
       )
       leaf_multipliers = (
-          multiplier
-          if per_variable
-          else tf.tile(multiplier, [num_leaves])
+        multiplier if per_variable else tf.tile(multiplier, [num_leaves])
       )
       if emit == 'scaled_update':
         scaled = [
-            leaf * tf.cast(leaf_multipliers[i], leaf.dtype)
-            for i, leaf in enumerate(update_leaves)
+          leaf * tf.cast(leaf_multipliers[i], leaf.dtype)
+          for i, leaf in enumerate(update_leaves)
         ]
         result = tf.nest.pack_sequence_as(mean['update'], scaled)
       else:
         result = collections.OrderedDict(
-            update=mean['update'], multipliers=leaf_multipliers
+          update=mean['update'], multipliers=leaf_multipliers
         )
       measurements = collections.OrderedDict(
-          gsi=gsi,
-          gsi_model=gsi_model,
-          baseline=tf.where(valid, baseline, glad['baseline']),
-          ratio=ratio,
-          multiplier=multiplier,
-          lower_bound=lower,
-          upper_bound=upper,
-          round=glad['round'],
-          degenerate_groups=tf.reduce_sum(
-              tf.cast(tf.logical_not(valid), tf.int32)
-          ),
+        gsi=gsi,
+        gsi_model=gsi_model,
+        baseline=tf.where(valid, baseline, glad['baseline']),
+        ratio=ratio,
+        multiplier=multiplier,
+        lower_bound=lower,
+        upper_bound=upper,
+        round=glad['round'],
+        degenerate_groups=tf.reduce_sum(
+          tf.cast(tf.logical_not(valid), tf.int32)
+        ),
       )
       return new_glad, result, measurements
 
     @tff.federated_computation()
     def init_fn():
       return tff.federated_zip(
-          collections.OrderedDict(
-              glad=tff.federated_eval(initial_glad_state, tff.SERVER),
-              inner=inner_process.initialize(),
-          )
+        collections.OrderedDict(
+          glad=tff.federated_eval(initial_glad_state, tff.SERVER),
+          inner=inner_process.initialize(),
+        )
       )
 
     @tff.federated_computation(
-        init_fn.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS),
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
     )
     def next_fn(state, value, weight):
       packed = tff.federated_map(pack, value)
       inner_output = inner_process.next(state['inner'], packed, weight)
       new_glad, result, measurements = tff.federated_map(
-          server_step, (state['glad'], inner_output.result)
+        server_step, (state['glad'], inner_output.result)
       )
       measurements = tff.federated_zip(
-          collections.OrderedDict(
-              fedglad=measurements, inner=inner_output.measurements
-          )
+        collections.OrderedDict(
+          fedglad=measurements, inner=inner_output.measurements
+        )
       )
       new_state = tff.federated_zip(
-          collections.OrderedDict(glad=new_glad, inner=inner_output.state)
+        collections.OrderedDict(glad=new_glad, inner=inner_output.state)
       )
       return tff.templates.MeasuredProcessOutput(
-          state=new_state, result=result, measurements=measurements
+        state=new_state, result=result, measurements=measurements
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)

@@ -48,9 +48,9 @@ def check_groups(groups: Sequence[Sequence[int]], num_leaves: int) -> None:
     raise ValueError(f'FedLWS groups must be non-empty, got {groups}.')
   if sorted(flat) != list(range(num_leaves)):
     raise ValueError(
-        f'FedLWS groups {groups} must use every leaf index 0..{num_leaves - 1} '
-        'exactly once (one index per trainable variable, in '
-        '`model.trainable_variables` order).'
+      f'FedLWS groups {groups} must use every leaf index 0..{num_leaves - 1} '
+      'exactly once (one index per trainable variable, in '
+      '`model.trainable_variables` order).'
     )
 
 
@@ -58,7 +58,7 @@ def group_norms(leaves: Sequence[tf.Tensor], groups) -> tf.Tensor:
   """float32 [L]: the L2 norm of each group's concatenated leaves."""
   squares = [tf.reduce_sum(tf.square(tf.cast(x, tf.float32))) for x in leaves]
   return tf.sqrt(
-      tf.stack([tf.add_n([squares[i] for i in group]) for group in groups])
+    tf.stack([tf.add_n([squares[i] for i in group]) for group in groups])
   )
 
 
@@ -71,15 +71,16 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
   """
 
   def __init__(
-      self,
-      groups: Sequence[Sequence[int]],
-      *,
-      tau_mode: str = 'exact',
-      inner_agg_factory: Optional[
-          tff.aggregators.WeightedAggregationFactory] = None,
-      stats_sum_factory: Optional[
-          tff.aggregators.UnweightedAggregationFactory
-      ] = None,
+    self,
+    groups: Sequence[Sequence[int]],
+    *,
+    tau_mode: str = 'exact',
+    inner_agg_factory: Optional[
+      tff.aggregators.WeightedAggregationFactory
+    ] = None,
+    stats_sum_factory: Optional[
+      tff.aggregators.UnweightedAggregationFactory
+    ] = None,
   ):
     """Initializes the factory.
 
@@ -97,26 +98,29 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
     """
     if tau_mode not in TAU_MODES:
       raise ValueError(
-          f'tau_mode must be one of {TAU_MODES}, got {tau_mode!r}.')
+        f'tau_mode must be one of {TAU_MODES}, got {tau_mode!r}.'
+      )
     if not groups or any(not g for g in groups):
       raise ValueError(f'FedLWS groups must be non-empty, got {groups}.')
     inner_agg_factory = inner_agg_factory or tff.aggregators.MeanFactory(
-        no_nan_division=True
+      no_nan_division=True
     )
     stats_sum_factory = stats_sum_factory or tff.aggregators.SumFactory()
-    if not isinstance(inner_agg_factory,
-                      tff.aggregators.WeightedAggregationFactory):
-      raise TypeError(
-          'FedLwsStatsFactory needs a weighted inner_agg_factory (a '
-          "builder's model_aggregator); wrap an unweighted one (e.g. "
-          'tff.aggregators.DifferentiallyPrivateFactory) in '
-          'tff.aggregators.as_weighted_aggregator (weights ignored), got '
-          f'{inner_agg_factory!r}.')
     if not isinstance(
-        stats_sum_factory, tff.aggregators.UnweightedAggregationFactory
+      inner_agg_factory, tff.aggregators.WeightedAggregationFactory
     ):
       raise TypeError(
-          f'stats_sum_factory must be unweighted, got {stats_sum_factory!r}.'
+        'FedLwsStatsFactory needs a weighted inner_agg_factory (a '
+        "builder's model_aggregator); wrap an unweighted one (e.g. "
+        'tff.aggregators.DifferentiallyPrivateFactory) in '
+        'tff.aggregators.as_weighted_aggregator (weights ignored), got '
+        f'{inner_agg_factory!r}.'
+      )
+    if not isinstance(
+      stats_sum_factory, tff.aggregators.UnweightedAggregationFactory
+    ):
+      raise TypeError(
+        f'stats_sum_factory must be unweighted, got {stats_sum_factory!r}.'
       )
     self._groups = [list(g) for g in groups]
     self._tau_mode = tau_mode
@@ -124,7 +128,7 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
     self._stats_sum_factory = stats_sum_factory
 
   def create(
-      self, value_type: Any, weight_type: Any
+    self, value_type: Any, weight_type: Any
   ) -> tff.templates.AggregationProcess:
     value_type = value_types.to_type(value_type)
     leaves = value_types.check_float_leaves(value_type, _NAME)
@@ -136,15 +140,15 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
 
     mean_process = self._mean_factory.create(value_type, weight_type)
     float_leaves_type = tff.types.to_type(
-        [tff.TensorType(np.float32, t.shape) for t in leaves]
+      [tff.TensorType(np.float32, t.shape) for t in leaves]
     )
     norms_type = tff.TensorType(np.float32, [num_groups])
     phase_a_type = tff.types.to_type(
-        collections.OrderedDict(
-            update=float_leaves_type,
-            count=tff.TensorType(np.float32),
-            squared_norms=norms_type,
-        )
+      collections.OrderedDict(
+        update=float_leaves_type,
+        count=tff.TensorType(np.float32),
+        squared_norms=norms_type,
+      )
     )
     update_sum_process = self._stats_sum_factory.create(phase_a_type)
     deviation_sum_process = self._stats_sum_factory.create(norms_type)
@@ -153,15 +157,16 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
     def phase_a(value, weight):
       flat = [tf.cast(x, tf.float32) for x in tf.nest.flatten(value)]
       finite = tf.reduce_all(
-          [tf.reduce_all(tf.math.is_finite(x)) for x in flat])
+        [tf.reduce_all(tf.math.is_finite(x)) for x in flat]
+      )
       valid = tf.logical_and(finite, tf.cast(weight, tf.float32) > 0)
       v = tf.cast(valid, tf.float32)
       # tf.where, not v * x: a NaN times 0 is NaN.
       masked = [tf.where(valid, x, tf.zeros_like(x)) for x in flat]
       return collections.OrderedDict(
-          update=masked,
-          count=v,
-          squared_norms=tf.square(group_norms(masked, groups)),
+        update=masked,
+        count=v,
+        squared_norms=tf.square(group_norms(masked, groups)),
       )
 
     @tff.tensorflow.computation(phase_a_type)
@@ -178,15 +183,13 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
       valid = tf.logical_and(finite, tf.cast(weight, tf.float32) > 0)
       return tf.where(valid, norms, tf.zeros_like(norms))
 
-    @tff.tensorflow.computation(
-        phase_a_type, norms_type, float_leaves_type
-    )
+    @tff.tensorflow.computation(phase_a_type, norms_type, float_leaves_type)
     def dispersion(sums, deviation_sum, mean):
       count = sums['count']
       if rms:
         mean_square = tf.math.divide_no_nan(sums['squared_norms'], count)
         tau = tf.sqrt(
-            tf.maximum(mean_square - tf.square(group_norms(mean, groups)), 0.0)
+          tf.maximum(mean_square - tf.square(group_norms(mean, groups)), 0.0)
         )
       else:
         tau = tf.math.divide_no_nan(deviation_sum, count)
@@ -195,60 +198,60 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
     @tff.federated_computation()
     def init_fn():
       return tff.federated_zip(
-          collections.OrderedDict(
-              mean=mean_process.initialize(),
-              update_sum=update_sum_process.initialize(),
-              deviation_sum=deviation_sum_process.initialize(),
-          )
+        collections.OrderedDict(
+          mean=mean_process.initialize(),
+          update_sum=update_sum_process.initialize(),
+          deviation_sum=deviation_sum_process.initialize(),
+        )
       )
 
     @tff.federated_computation(
-        init_fn.type_signature.result,
-        tff.FederatedType(value_type, tff.CLIENTS),
-        tff.FederatedType(weight_type, tff.CLIENTS),
+      init_fn.type_signature.result,
+      tff.FederatedType(value_type, tff.CLIENTS),
+      tff.FederatedType(weight_type, tff.CLIENTS),
     )
     def next_fn(state, value, weight):
       mean_output = mean_process.next(state['mean'], value, weight)
       sums_output = update_sum_process.next(
-          state['update_sum'], tff.federated_map(phase_a, (value, weight))
+        state['update_sum'], tff.federated_map(phase_a, (value, weight))
       )
       mean = tff.federated_map(unweighted_mean, sums_output.result)
       if rms:
         deviation_state = state['deviation_sum']
         deviation_sum = tff.federated_value(
-            np.zeros([num_groups], np.float32), tff.SERVER
+          np.zeros([num_groups], np.float32), tff.SERVER
         )
       else:
         deviations = tff.federated_map(
-            phase_b, (value, weight, tff.federated_broadcast(mean))
+          phase_b, (value, weight, tff.federated_broadcast(mean))
         )
         deviation_output = deviation_sum_process.next(
-            state['deviation_sum'], deviations
+          state['deviation_sum'], deviations
         )
         deviation_state = deviation_output.state
         deviation_sum = deviation_output.result
       tau, count = tff.federated_map(
-          dispersion, (sums_output.result, deviation_sum, mean)
+        dispersion, (sums_output.result, deviation_sum, mean)
       )
       result = tff.federated_zip(
-          collections.OrderedDict(
-              mean_update=mean_output.result, tau=tau, num_clients=count
-          )
+        collections.OrderedDict(
+          mean_update=mean_output.result, tau=tau, num_clients=count
+        )
       )
       measurements = tff.federated_zip(
-          collections.OrderedDict(
-              tau=tau, num_clients=count, mean=mean_output.measurements
-          )
+        collections.OrderedDict(
+          tau=tau, num_clients=count, mean=mean_output.measurements
+        )
       )
       new_state = tff.federated_zip(
-          collections.OrderedDict(
-              mean=mean_output.state,
-              update_sum=sums_output.state,
-              deviation_sum=deviation_state,
-          )
+        collections.OrderedDict(
+          mean=mean_output.state,
+          update_sum=sums_output.state,
+          deviation_sum=deviation_state,
+        )
       )
       return tff.templates.MeasuredProcessOutput(
-          state=new_state, result=result, measurements=measurements
+        state=new_state, result=result, measurements=measurements
       )
 
     return tff.templates.AggregationProcess(init_fn, next_fn)

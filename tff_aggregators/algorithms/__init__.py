@@ -7,9 +7,9 @@ from tff_aggregators.algorithms.fedlws import build_fedlws_process
 from tff_aggregators.algorithms.fedsa import build_fedsa_process
 
 __all__ = [
-    'build_fedcda_process',
-    'build_fedglad_process',
-    'build_fedlaw_process',
-    'build_fedlws_process',
-    'build_fedsa_process',
+  'build_fedcda_process',
+  'build_fedglad_process',
+  'build_fedlaw_process',
+  'build_fedlws_process',
+  'build_fedsa_process',
 ]

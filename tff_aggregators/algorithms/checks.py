@@ -26,30 +26,35 @@ check_model_fn = with_hparams.check_model_fn
 
 
 def check_max_clients(max_clients: int, builder: str) -> int:
-  if isinstance(max_clients, bool) or int(max_clients) != max_clients or (
-      max_clients < 1):
+  if (
+    isinstance(max_clients, bool)
+    or int(max_clients) != max_clients
+    or (max_clients < 1)
+  ):
     raise ValueError(
-        f'{builder}: max_clients (the largest cohort a round may have) must '
-        f'be a positive integer, got {max_clients!r}.')
+      f'{builder}: max_clients (the largest cohort a round may have) must '
+      f'be a positive integer, got {max_clients!r}.'
+    )
   return int(max_clients)
 
 
-def check_cohort_size(client_data: Any, max_clients: int,
-                      builder: str) -> None:
+def check_cohort_size(client_data: Any, max_clients: int, builder: str) -> None:
   """Raises `ValueError` if the round has more clients than `max_clients`."""
   size = len(client_data) if isinstance(client_data, (list, tuple)) else None
   if size is not None and size > max_clients:
     raise ValueError(
-        f'This round has {size} clients, more than max_clients={max_clients} '
-        f'given to {builder}: build the process with max_clients >= the '
-        'cohort size.')
+      f'This round has {size} clients, more than max_clients={max_clients} '
+      f'given to {builder}: build the process with max_clients >= the '
+      'cohort size.'
+    )
 
 
 class _CheckedNext:
   """A computation's stand-in that checks the client data, then calls it."""
 
-  def __init__(self, computation: tff.Computation,
-               check: Callable[[Any], None]):
+  def __init__(
+    self, computation: tff.Computation, check: Callable[[Any], None]
+  ):
     self._computation = computation
     self._check = check
 
@@ -64,15 +69,18 @@ class _CheckedNext:
 class _CheckedLearningProcess(tff.learning.templates.LearningProcess):
   """A `LearningProcess` whose `next` checks its client data in Python."""
 
-  def __init__(self, process: tff.learning.templates.LearningProcess,
-               check: Callable[[Any], None]):
+  def __init__(
+    self,
+    process: tff.learning.templates.LearningProcess,
+    check: Callable[[Any], None],
+  ):
     super().__init__(
-        process.initialize,
-        process.next,
-        process.get_model_weights,
-        process.set_model_weights,
-        get_hparams_fn=process.get_hparams,
-        set_hparams_fn=process.set_hparams,
+      process.initialize,
+      process.next,
+      process.get_model_weights,
+      process.set_model_weights,
+      get_hparams_fn=process.get_hparams,
+      set_hparams_fn=process.set_hparams,
     )
     self._checked_next = _CheckedNext(process.next, check)
 
@@ -82,18 +90,19 @@ class _CheckedLearningProcess(tff.learning.templates.LearningProcess):
 
 
 def with_round_check(
-    process: tff.learning.templates.LearningProcess,
-    check: Callable[[Any], None],
+  process: tff.learning.templates.LearningProcess,
+  check: Callable[[Any], None],
 ) -> tff.learning.templates.LearningProcess:
   """`process`, whose `next` first runs `check(client_data)` in Python."""
   return _CheckedLearningProcess(process, check)
 
 
 def with_cohort_limit(
-    process: tff.learning.templates.LearningProcess,
-    max_clients: int,
-    builder: str,
+  process: tff.learning.templates.LearningProcess,
+  max_clients: int,
+  builder: str,
 ) -> tff.learning.templates.LearningProcess:
   """`process` refusing a round of more than `max_clients` clients."""
   return with_round_check(
-      process, lambda data: check_cohort_size(data, max_clients, builder))
+    process, lambda data: check_cohort_size(data, max_clients, builder)
+  )

@@ -17,7 +17,7 @@ from tff_aggregators.client_works import proximal
 
 
 def initial_model_weights_fn(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
+  model_fn: Callable[[], tff.learning.models.VariableModel],
 ) -> tff.Computation:
   """A `tff.tensorflow.computation` returning the model's initial weights."""
 
@@ -29,15 +29,15 @@ def initial_model_weights_fn(
 
 
 def model_delta_client_work(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    optimizer: tff.learning.optimizers.Optimizer,
-    *,
-    client_weighting: tff.learning.ClientWeighting,
-    proximal_strength: float = 0.0,
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  *,
+  client_weighting: tff.learning.ClientWeighting,
+  proximal_strength: float = 0.0,
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work; FedProx's when `proximal_strength > 0`.
 
@@ -45,67 +45,70 @@ def model_delta_client_work(
   """
   if proximal_strength:  # A negative one is refused there.
     return proximal.build_proximal_client_work(
-        model_fn,
-        optimizer,
-        proximal_strength=proximal_strength,
-        client_weighting=client_weighting,
-        metrics_aggregator=metrics_aggregator,
-        loop_implementation=loop_implementation,
-    )
-  return tff.learning.templates.build_model_delta_client_work(
-      model_fn=model_fn,
-      optimizer=optimizer,
+      model_fn,
+      optimizer,
+      proximal_strength=proximal_strength,
       client_weighting=client_weighting,
       metrics_aggregator=metrics_aggregator,
       loop_implementation=loop_implementation,
+    )
+  return tff.learning.templates.build_model_delta_client_work(
+    model_fn=model_fn,
+    optimizer=optimizer,
+    client_weighting=client_weighting,
+    metrics_aggregator=metrics_aggregator,
+    loop_implementation=loop_implementation,
   )
 
 
 def compose(
-    initial_model_weights: tff.Computation,
-    client_work: tff.learning.templates.ClientWorkProcess,
-    aggregator: tff.templates.AggregationProcess,
-    finalizer: tff.learning.templates.FinalizerProcess,
-    model_distributor: Optional[
-        tff.learning.templates.DistributionProcess] = None,
+  initial_model_weights: tff.Computation,
+  client_work: tff.learning.templates.ClientWorkProcess,
+  aggregator: tff.templates.AggregationProcess,
+  finalizer: tff.learning.templates.FinalizerProcess,
+  model_distributor: Optional[
+    tff.learning.templates.DistributionProcess
+  ] = None,
 ) -> tff.learning.templates.LearningProcess:
-  """`compose_learning_process`; TFF's broadcast unless a distributor is given.
-  """
+  """`compose_learning_process`, with TFF's broadcast unless one is given."""
   if model_distributor is None:
     model_distributor = tff.learning.templates.build_broadcast_process(
-        initial_model_weights.type_signature.result
+      initial_model_weights.type_signature.result
     )
-  elif not isinstance(model_distributor,
-                      tff.learning.templates.DistributionProcess):
+  elif not isinstance(
+    model_distributor, tff.learning.templates.DistributionProcess
+  ):
     raise TypeError(
-        'model_distributor must be a tff.learning.templates.'
-        f'DistributionProcess, got {model_distributor!r}.')
+      'model_distributor must be a tff.learning.templates.'
+      f'DistributionProcess, got {model_distributor!r}.'
+    )
   return tff.learning.templates.compose_learning_process(
-      initial_model_weights,
-      model_distributor,
-      client_work,
-      aggregator,
-      finalizer,
+    initial_model_weights,
+    model_distributor,
+    client_work,
+    aggregator,
+    finalizer,
   )
 
 
 def build_weighted_fed_prox(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    proximal_strength: float,
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    model_distributor: Optional[
-        tff.learning.templates.DistributionProcess] = None,
-    model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
-        None
-    ),
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  proximal_strength: float,
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  model_distributor: Optional[
+    tff.learning.templates.DistributionProcess
+  ] = None,
+  model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = (
+    None
+  ),
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
 ) -> tff.learning.templates.LearningProcess:
   """`tff.learning.algorithms.build_weighted_fed_prox` with client hparams.
 
@@ -122,30 +125,33 @@ def build_weighted_fed_prox(
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   if model_aggregator is None:
     model_aggregator = tff.aggregators.MeanFactory()
-  if not isinstance(model_aggregator,
-                    tff.aggregators.WeightedAggregationFactory):
+  if not isinstance(
+    model_aggregator, tff.aggregators.WeightedAggregationFactory
+  ):
     raise TypeError(
-        'model_aggregator must be a tff.aggregators.'
-        'WeightedAggregationFactory; wrap an unweighted one (e.g. '
-        'DifferentiallyPrivateFactory) in '
-        'tff.aggregators.as_weighted_aggregator (weights ignored), got '
-        f'{model_aggregator!r}.'
+      'model_aggregator must be a tff.aggregators.'
+      'WeightedAggregationFactory; wrap an unweighted one (e.g. '
+      'DifferentiallyPrivateFactory) in '
+      'tff.aggregators.as_weighted_aggregator (weights ignored), got '
+      f'{model_aggregator!r}.'
     )
   initial_weights_fn = initial_model_weights_fn(model_fn)
   model_weights_type = initial_weights_fn.type_signature.result
   return compose(
-      initial_weights_fn,
-      model_delta_client_work(
-          model_fn,
-          client_optimizer_fn,
-          client_weighting=client_weighting,
-          proximal_strength=proximal_strength,
-          metrics_aggregator=metrics_aggregator,
-          loop_implementation=loop_implementation,
-      ),
-      model_aggregator.create(model_weights_type.trainable,
-                              tff.TensorType(np.float32)),
-      tff.learning.templates.build_apply_optimizer_finalizer(
-          server_optimizer_fn, model_weights_type),
-      model_distributor,
+    initial_weights_fn,
+    model_delta_client_work(
+      model_fn,
+      client_optimizer_fn,
+      client_weighting=client_weighting,
+      proximal_strength=proximal_strength,
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation,
+    ),
+    model_aggregator.create(
+      model_weights_type.trainable, tff.TensorType(np.float32)
+    ),
+    tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer_fn, model_weights_type
+    ),
+    model_distributor,
   )

@@ -16,35 +16,37 @@ from tff_aggregators.finalizers import fedcda
 
 
 def build_fedcda_process(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    *,
-    num_clients: int,
-    max_clients: int,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    model_distributor: Optional[
-        tff.learning.templates.DistributionProcess] = None,
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
-    memory_size: int = 3,
-    num_batches: int = 3,
-    smoothness: float = 1.0,
-    warmup_rounds: int = 50,
-    seed: int = 0,
-    selection: str = 'approx',
-    divergence: str = 'squared_l2',
-    later_batches: str = 'excluded',
-    warmup_aggregation: str = 'fedavg',
-    batch_param: str = 'num_batches',
-    history_store: Optional[fedcda_store.HistoryStore] = None,
-    local_epochs: Optional[int] = None,
-    max_state_bytes: int = fedcda.DEFAULT_MAX_STATE_BYTES,
-) -> Union[tff.learning.templates.LearningProcess,
-           fedcda_store.FedCdaStoreProcess]:
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  *,
+  num_clients: int,
+  max_clients: int,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  model_distributor: Optional[
+    tff.learning.templates.DistributionProcess
+  ] = None,
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
+  memory_size: int = 3,
+  num_batches: int = 3,
+  smoothness: float = 1.0,
+  warmup_rounds: int = 50,
+  seed: int = 0,
+  selection: str = 'approx',
+  divergence: str = 'squared_l2',
+  later_batches: str = 'excluded',
+  warmup_aggregation: str = 'fedavg',
+  batch_param: str = 'num_batches',
+  history_store: Optional[fedcda_store.HistoryStore] = None,
+  local_epochs: Optional[int] = None,
+  max_state_bytes: int = fedcda.DEFAULT_MAX_STATE_BYTES,
+) -> Union[
+  tff.learning.templates.LearningProcess, fedcda_store.FedCdaStoreProcess
+]:
   """A learning process with FedCDA's server.
 
   Where the history lives (memory cost: clients x K x D x 4 bytes):
@@ -118,62 +120,71 @@ def build_fedcda_process(
   max_clients = checks.check_max_clients(max_clients, builder)
   if not max_clients <= num_clients < identified.MAX_CLIENT_ID:
     raise ValueError(
-        f'{builder}: num_clients (the population, {num_clients}) must be at '
-        f'least max_clients ({max_clients}, the largest cohort) and below '
-        '2**24.')
+      f'{builder}: num_clients (the population, {num_clients}) must be at '
+      f'least max_clients ({max_clients}, the largest cohort) and below '
+      '2**24.'
+    )
   fedcda_store.check_store(history_store)
   if history_store is not None and model_distributor is not None:
     raise ValueError(
-        f'{builder}: model_distributor works with the in-state history only '
-        '(history_store=None); the driver-side history broadcasts the model.')
+      f'{builder}: model_distributor works with the in-state history only '
+      '(history_store=None); the driver-side history broadcasts the model.'
+    )
   options = fedcda.FedCdaOptions(
-      memory_size=memory_size, num_batches=num_batches,
-      smoothness=smoothness, warmup_rounds=warmup_rounds, seed=seed,
-      selection=selection, divergence=divergence,
-      later_batches=later_batches, warmup_aggregation=warmup_aggregation,
-      batch_param=batch_param)
+    memory_size=memory_size,
+    num_batches=num_batches,
+    smoothness=smoothness,
+    warmup_rounds=warmup_rounds,
+    seed=seed,
+    selection=selection,
+    divergence=divergence,
+    later_batches=later_batches,
+    warmup_aggregation=warmup_aggregation,
+    batch_param=batch_param,
+  )
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
   client_work = identified.build_identified_client_work(
-      model_fn,
-      client_optimizer_fn,
-      client_weighting=client_weighting,
-      metrics_aggregator=metrics_aggregator,
-      loop_implementation=loop_implementation,
-      local_epochs=local_epochs,
+    model_fn,
+    client_optimizer_fn,
+    client_weighting=client_weighting,
+    metrics_aggregator=metrics_aggregator,
+    loop_implementation=loop_implementation,
+    local_epochs=local_epochs,
   )
   update_type = client_work.next.type_signature.result.result.member.update
   aggregator = collect.CollectAllFactory(max_clients).create(
-      update_type, tff.TensorType(np.float32)
+    update_type, tff.TensorType(np.float32)
   )
   if history_store is not None:
     return fedcda_store.FedCdaStoreProcess(
-        initial_model_weights_fn=initial_model_weights_fn,
-        client_work=client_work,
-        aggregator=aggregator,
-        update_type=update_type,
-        num_clients=num_clients,
-        max_clients=max_clients,
-        options=options,
-        history_store=history_store,
-    )
-  finalizer = fedcda.build_fedcda_finalizer(
-      model_weights_type,
-      update_type,
+      initial_model_weights_fn=initial_model_weights_fn,
+      client_work=client_work,
+      aggregator=aggregator,
+      update_type=update_type,
       num_clients=num_clients,
       max_clients=max_clients,
       options=options,
-      max_state_bytes=max_state_bytes,
+      history_store=history_store,
+    )
+  finalizer = fedcda.build_fedcda_finalizer(
+    model_weights_type,
+    update_type,
+    num_clients=num_clients,
+    max_clients=max_clients,
+    options=options,
+    max_state_bytes=max_state_bytes,
   )
   process = client_works.compose(
-      initial_model_weights_fn,
-      client_work,
-      aggregator,
-      finalizer,
-      model_distributor,
+    initial_model_weights_fn,
+    client_work,
+    aggregator,
+    finalizer,
+    model_distributor,
   )
   return checks.with_round_check(
-      process, functools.partial(check_round, max_clients=max_clients))
+    process, functools.partial(check_round, max_clients=max_clients)
+  )
 
 
 def check_round(client_data, *, max_clients: int) -> None:

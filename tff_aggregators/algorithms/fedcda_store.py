@@ -98,11 +98,11 @@ class InMemoryHistoryStore(HistoryStore):
     nbytes = num_clients * num_slots * size * 4
     if nbytes > self._max_bytes:
       raise ValueError(
-          f'FedCDA\'s in-memory history would hold {num_clients} clients x '
-          f'{num_slots} slots x {size:,} parameters = {nbytes / 2**30:,.2f} '
-          f'GiB, above max_bytes={self._max_bytes / 2**30:,.2f} GiB. Use '
-          'MemmapHistoryStore(directory) (on disk, only seen clients take '
-          'space) or raise max_bytes if the machine has the memory.'
+        f"FedCDA's in-memory history would hold {num_clients} clients x "
+        f'{num_slots} slots x {size:,} parameters = {nbytes / 2**30:,.2f} '
+        f'GiB, above max_bytes={self._max_bytes / 2**30:,.2f} GiB. Use '
+        'MemmapHistoryStore(directory) (on disk, only seen clients take '
+        'space) or raise max_bytes if the machine has the memory.'
       )
     self._shape = (num_clients, num_slots, size)
 
@@ -138,9 +138,9 @@ class MemmapHistoryStore(HistoryStore):
         found = json.load(f)
       if found != shape:
         raise ValueError(
-            f'The FedCDA history store in {self._directory} holds clients x '
-            f'slots x parameters = {found}, but this process needs {shape}. '
-            'Use a new directory for a new configuration.'
+          f'The FedCDA history store in {self._directory} holds clients x '
+          f'slots x parameters = {found}, but this process needs {shape}. '
+          'Use a new directory for a new configuration.'
         )
       mode = 'r+'
     else:
@@ -149,22 +149,27 @@ class MemmapHistoryStore(HistoryStore):
       free = shutil.disk_usage(self._directory).free
       if worst > free:
         logging.warning(
-            'FedCDA history store %s may grow to %.1f GiB if every client is '
-            'seen (%.1f GiB free); it grows with the clients seen.',
-            self._directory, worst / 2**30, free / 2**30)
+          'FedCDA history store %s may grow to %.1f GiB if every client is '
+          'seen (%.1f GiB free); it grows with the clients seen.',
+          self._directory,
+          worst / 2**30,
+          free / 2**30,
+        )
     try:
-      self._models = np.memmap(models_path, np.float32, mode,
-                               shape=tuple(shape))
-      self._stamps = np.memmap(stamps_path, np.int32, mode,
-                               shape=(num_clients, num_slots))
+      self._models = np.memmap(
+        models_path, np.float32, mode, shape=tuple(shape)
+      )
+      self._stamps = np.memmap(
+        stamps_path, np.int32, mode, shape=(num_clients, num_slots)
+      )
     except (OSError, ValueError) as e:
       raise ValueError(
-          f'Cannot map FedCDA\'s history file {models_path} of {num_clients} '
-          f'clients x {num_slots} slots x {size:,} parameters = '
-          f'{num_clients * num_slots * size * 4 / 2**40:,.2f} TiB (sparse: '
-          f'only seen clients take space): {e}. Use a file system that allows '
-          'files this large, a smaller memory_size or model, or fewer '
-          'clients.'
+        f"Cannot map FedCDA's history file {models_path} of {num_clients} "
+        f'clients x {num_slots} slots x {size:,} parameters = '
+        f'{num_clients * num_slots * size * 4 / 2**40:,.2f} TiB (sparse: '
+        f'only seen clients take space): {e}. Use a file system that allows '
+        'files this large, a smaller memory_size or model, or fewer '
+        'clients.'
       ) from e
     if mode == 'w+':
       self._stamps[:] = -1
@@ -187,13 +192,13 @@ class MemmapHistoryStore(HistoryStore):
     if np.any(stale):
       client = ids[np.nonzero(stale)[0][0]]
       raise ValueError(
-          f'The FedCDA history store in {self._directory} has moved past the '
-          f'process state: client {client}\'s slots hold rounds '
-          f'{self._stamps[client].tolist()} where the state expects '
-          f'{stamps[np.nonzero(stale)[0][0]].tolist()}. The store can only '
-          'be one round ahead of the state (an interrupted round); resume '
-          'from the latest checkpoint, or start a new run with a new store '
-          'directory.'
+        f'The FedCDA history store in {self._directory} has moved past the '
+        f"process state: client {client}'s slots hold rounds "
+        f'{self._stamps[client].tolist()} where the state expects '
+        f'{stamps[np.nonzero(stale)[0][0]].tolist()}. The store can only '
+        'be one round ahead of the state (an interrupted round); resume '
+        'from the latest checkpoint, or start a new run with a new store '
+        'directory.'
       )
 
   def wrote(self, ids, slots, round_num):
@@ -211,16 +216,16 @@ class FedCdaStoreProcess:
   expects_client_ids = True  # `identified.expects_client_ids` reads it.
 
   def __init__(
-      self,
-      *,
-      initial_model_weights_fn: tff.Computation,
-      client_work: tff.learning.templates.ClientWorkProcess,
-      aggregator: tff.templates.AggregationProcess,
-      update_type: tff.Type,
-      num_clients: int,
-      max_clients: int,
-      options: fedcda.FedCdaOptions,
-      history_store: HistoryStore,
+    self,
+    *,
+    initial_model_weights_fn: tff.Computation,
+    client_work: tff.learning.templates.ClientWorkProcess,
+    aggregator: tff.templates.AggregationProcess,
+    update_type: tff.Type,
+    num_clients: int,
+    max_clients: int,
+    options: fedcda.FedCdaOptions,
+    history_store: HistoryStore,
   ):
     model_weights_type = initial_model_weights_fn.type_signature.result
     trainable_type = model_weights_type.trainable
@@ -236,47 +241,61 @@ class FedCdaStoreProcess:
     self._store = history_store
     self._store.open(num_clients, self._num_slots, self._size)
     self._select = tf.function(
-        fedcda.build_selection(options, max_clients,
-                               fedcda.leaf_sizes(trainable_type)),
-        reduce_retracing=True)
+      fedcda.build_selection(
+        options, max_clients, fedcda.leaf_sizes(trainable_type)
+      ),
+      reduce_retracing=True,
+    )
     self._parse = tf.function(
-        lambda w, values, weights: fedcda.participants(
-            w, collections.OrderedDict(values=values, weights=weights),
-            self._update_type, num_clients),
-        reduce_retracing=True)
+      lambda w, values, weights: fedcda.participants(
+        w,
+        collections.OrderedDict(values=values, weights=weights),
+        self._update_type,
+        num_clients,
+      ),
+      reduce_retracing=True,
+    )
     self._unflatten = tf.function(
-        lambda flat: collect.unflatten(flat, trainable_type))
+      lambda flat: collect.unflatten(flat, trainable_type)
+    )
 
     client_data_type = client_work.next.type_signature.parameter[2]
 
     @tff.federated_computation(
-        tff.FederatedType(model_weights_type, tff.SERVER),
-        client_work.initialize.type_signature.result,
-        aggregator.initialize.type_signature.result,
-        client_data_type,
+      tff.FederatedType(model_weights_type, tff.SERVER),
+      client_work.initialize.type_signature.result,
+      aggregator.initialize.type_signature.result,
+      client_data_type,
     )
     def collect_round(weights, work_state, aggregator_state, client_data):
       work = client_work.next(
-          work_state, tff.federated_broadcast(weights), client_data)
+        work_state, tff.federated_broadcast(weights), client_data
+      )
       aggregated = aggregator.next(
-          aggregator_state, work.result.update, work.result.update_weight)
-      return (aggregated.result, work.state, aggregated.state,
-              work.measurements, aggregated.measurements)
+        aggregator_state, work.result.update, work.result.update_weight
+      )
+      return (
+        aggregated.result,
+        work.state,
+        aggregated.state,
+        work.measurements,
+        aggregated.measurements,
+      )
 
     self._collect_round = collect_round
 
   def initialize(self) -> collections.OrderedDict:
     n, s = self._num_clients, self._num_slots
     return collections.OrderedDict(
-        global_model_weights=self._initial_model_weights_fn(),
-        client_work=self._client_work.initialize(),
-        aggregator=self._aggregator.initialize(),
-        round=np.int32(0),
-        history=self._store.initial_models(),
-        losses=np.zeros([n, s], np.float32),
-        stamps=np.full([n, s], -1, np.int32),
-        selected=np.full([n], -1, np.int32),
-        **fedcda.initial_sums(self._size),
+      global_model_weights=self._initial_model_weights_fn(),
+      client_work=self._client_work.initialize(),
+      aggregator=self._aggregator.initialize(),
+      round=np.int32(0),
+      history=self._store.initial_models(),
+      losses=np.zeros([n, s], np.float32),
+      stamps=np.full([n, s], -1, np.int32),
+      selected=np.full([n], -1, np.int32),
+      **fedcda.initial_sums(self._size),
     )
 
   def get_model_weights(self, state) -> tff.learning.models.ModelWeights:
@@ -285,20 +304,23 @@ class FedCdaStoreProcess:
   def set_model_weights(self, state, weights):
     state = collections.OrderedDict(state)
     state['global_model_weights'] = tff.learning.models.ModelWeights(
-        trainable=tf.nest.map_structure(np.asarray, list(weights.trainable)),
-        non_trainable=tf.nest.map_structure(
-            np.asarray, list(weights.non_trainable)),
+      trainable=tf.nest.map_structure(np.asarray, list(weights.trainable)),
+      non_trainable=tf.nest.map_structure(
+        np.asarray, list(weights.non_trainable)
+      ),
     )
     return state
 
   def get_hparams(self, state) -> collections.OrderedDict:
     return collections.OrderedDict(
-        client_work=self._client_work.get_hparams(state['client_work']))
+      client_work=self._client_work.get_hparams(state['client_work'])
+    )
 
   def set_hparams(self, state, hparams):
     state = collections.OrderedDict(state)
     state['client_work'] = self._client_work.set_hparams(
-        state['client_work'], hparams['client_work'])
+      state['client_work'], hparams['client_work']
+    )
     return state
 
   def adopt_state(self, state) -> collections.OrderedDict:
@@ -336,30 +358,37 @@ class FedCdaStoreProcess:
     if stamps.shape == (n, s):
       return state
     history = np.asarray(state['history'])
-    if (not isinstance(self._store, InMemoryHistoryStore)
-        or stamps.ndim != 2 or stamps.shape[0] != n or stamps.shape[1] < s
-        or history.shape != stamps.shape + (self._size,)):
+    if (
+      not isinstance(self._store, InMemoryHistoryStore)
+      or stamps.ndim != 2
+      or stamps.shape[0] != n
+      or stamps.shape[1] < s
+      or history.shape != stamps.shape + (self._size,)
+    ):
       raise ValueError(
-          f'A FedCDA state of {stamps.shape} clients x slots, history '
-          f'{history.shape}, cannot become this process\'s ({n} clients x '
-          f'{s} slots x {self._size} parameters, in '
-          f'{type(self._store).__name__}): it needs the same clients and '
-          'model, at least as many slots, and the history in the state '
-          '(InMemoryHistoryStore) in both runs.')
+        f'A FedCDA state of {stamps.shape} clients x slots, history '
+        f"{history.shape}, cannot become this process's ({n} clients x "
+        f'{s} slots x {self._size} parameters, in '
+        f'{type(self._store).__name__}): it needs the same clients and '
+        'model, at least as many slots, and the history in the state '
+        '(InMemoryHistoryStore) in both runs.'
+      )
     round_num = int(state['round'])
     if round_num > self._options.warmup_rounds:
       raise ValueError(
-          f'The state is of round {round_num}, past the warm-up '
-          f'({self._options.warmup_rounds} rounds); only a warm-up state '
-          'is the same for every memory size.')
+        f'The state is of round {round_num}, past the warm-up '
+        f'({self._options.warmup_rounds} rounds); only a warm-up state '
+        'is the same for every memory size.'
+      )
     order = np.argsort(-stamps, axis=1, kind='stable')
     selected = np.asarray(state['selected'])
     seen = selected >= 0
     if np.any(order[seen, 0] != selected[seen]):
       raise ValueError(
-          'The state selected an older model for some client, so it is '
-          'past its warm-up; only a warm-up state is the same for every '
-          'memory size.')
+        'The state selected an older model for some client, so it is '
+        'past its warm-up; only a warm-up state is the same for every '
+        'memory size.'
+      )
     kept = order[:, :s]
     rows = np.arange(n)[:, None]
     state = collections.OrderedDict(state)
@@ -367,12 +396,18 @@ class FedCdaStoreProcess:
     state['losses'] = np.asarray(state['losses'])[rows, kept]
     state['stamps'] = stamps[rows, kept]
     state['selected'] = np.where(seen, 0, -1).astype(np.int32)
-    logging.info('FedCDA: a state of %d slots per client adopted as one of '
-                 '%d (round %d, in warm-up).', stamps.shape[1], s, round_num)
+    logging.info(
+      'FedCDA: a state of %d slots per client adopted as one of '
+      '%d (round %d, in warm-up).',
+      stamps.shape[1],
+      s,
+      round_num,
+    )
     return state
 
-  def next(self, state, client_data: list[Any]
-           ) -> tff.learning.templates.LearningProcessOutput:
+  def next(
+    self, state, client_data: list[Any]
+  ) -> tff.learning.templates.LearningProcessOutput:
     """One round: TFF runs the clients, the driver updates the store.
 
     Under `tff.learning.programs.train_model` (TFF's native program
@@ -383,42 +418,57 @@ class FedCdaStoreProcess:
     """
     self._check_round(state, client_data)
     weights = state['global_model_weights']
-    collected = self._collect_round(weights, state['client_work'],
-                                    state['aggregator'], client_data)
-    if any(isinstance(x, tff.program.MaterializableValueReference)
-           for x in tf.nest.flatten(collected)):
+    collected = self._collect_round(
+      weights, state['client_work'], state['aggregator'], client_data
+    )
+    if any(
+      isinstance(x, tff.program.MaterializableValueReference)
+      for x in tf.nest.flatten(collected)
+    ):
       return _PendingRound(self, state, collected)
     return self._finish_round(state, collected)
 
   def _check_round(self, state, client_data) -> None:
     builder = 'build_fedcda_process'
-    identified.check_identified_cohort(client_data, self._max_clients,
-                                       builder)
+    identified.check_identified_cohort(client_data, self._max_clients, builder)
     checks.check_cohort_size(client_data, self._max_clients, builder)
     if np.shape(state['stamps']) != (self._num_clients, self._num_slots):
       raise ValueError(
-          f'The state has {np.shape(state["stamps"])} clients x slots, this '
-          f'process has ({self._num_clients}, {self._num_slots}) (K + 1 '
-          'slots); a state of another memory size passes through '
-          '`adopt_state` first.')
+        f'The state has {np.shape(state["stamps"])} clients x slots, this '
+        f'process has ({self._num_clients}, {self._num_slots}) (K + 1 '
+        'slots); a state of another memory size passes through '
+        '`adopt_state` first.'
+      )
 
   def _participants(self, w, collected):
     try:
-      return tuple(x.numpy() for x in self._parse(
-          w, np.asarray(collected['values'], np.float32),
-          np.asarray(collected['weights'], np.float32)))
+      return tuple(
+        x.numpy()
+        for x in self._parse(
+          w,
+          np.asarray(collected['values'], np.float32),
+          np.asarray(collected['weights'], np.float32),
+        )
+      )
     except tf.errors.InvalidArgumentError as e:
       first = e.message.splitlines()[0] if e.message else str(e)
       raise ValueError(f'{first} (the history is unchanged).') from None
 
-  def _finish_round(self, state, outputs
-                    ) -> tff.learning.templates.LearningProcessOutput:
+  def _finish_round(
+    self, state, outputs
+  ) -> tff.learning.templates.LearningProcessOutput:
     """The driver's part of a round, from the client side's outputs."""
     weights = state['global_model_weights']
-    (collected, work_state, aggregator_state, work_metrics,
-     aggregator_metrics) = outputs
-    w = np.concatenate([np.ravel(np.asarray(x, np.float32))
-                        for x in weights.trainable])
+    (
+      collected,
+      work_state,
+      aggregator_state,
+      work_metrics,
+      aggregator_metrics,
+    ) = outputs
+    w = np.concatenate(
+      [np.ravel(np.asarray(x, np.float32)) for x in weights.trainable]
+    )
     ids, models, losses, part_weights = self._participants(w, collected)
     t = int(state['round'])
     store = self._store.models(state['history'])
@@ -443,47 +493,60 @@ class FedCdaStoreProcess:
     self._store.wrote(ids, slots, t)
     stored_losses[ids, slots] = losses
     stamps[ids, slots] = t
-    sums = collections.OrderedDict(
-        (name, state[name]) for name in fedcda.SUMS)
+    sums = collections.OrderedDict((name, state[name]) for name in fedcda.SUMS)
     ranked_slots = fedcda.rank_slots(
-        stamps[ids], self._options.memory_size).numpy()  # [P, K]
+      stamps[ids], self._options.memory_size
+    ).numpy()  # [P, K]
     ranked_ids = np.broadcast_to(ids[:, None], ranked_slots.shape)
     ranks, new, sums, measurements = self._select(
-        np.int32(t), w, ids, models, part_weights, sums, old_slots >= 0,
-        old_models, old_losses, store[ranked_ids, ranked_slots],
-        stored_losses[ranked_ids, ranked_slots],
-        stamps[ranked_ids, ranked_slots] >= 0, fixed_models)
+      np.int32(t),
+      w,
+      ids,
+      models,
+      part_weights,
+      sums,
+      old_slots >= 0,
+      old_models,
+      old_losses,
+      store[ranked_ids, ranked_slots],
+      stored_losses[ranked_ids, ranked_slots],
+      stamps[ranked_ids, ranked_slots] >= 0,
+      fixed_models,
+    )
     measurements = fedcda.with_dropped(
-        measurements, np.asarray(collected['weights']), np.int32(len(ids)))
+      measurements, np.asarray(collected['weights']), np.int32(len(ids))
+    )
     selected[ids] = np.take_along_axis(
-        ranked_slots, ranks.numpy()[:, None], axis=1)[:, 0]
+      ranked_slots, ranks.numpy()[:, None], axis=1
+    )[:, 0]
     new_trainable = tf.nest.map_structure(
-        lambda x: x.numpy(), self._unflatten(new))
+      lambda x: x.numpy(), self._unflatten(new)
+    )
     new_state = collections.OrderedDict(
-        global_model_weights=tff.learning.models.ModelWeights(
-            trainable=list(tf.nest.flatten(new_trainable)),
-            non_trainable=weights.non_trainable),
-        client_work=work_state,
-        aggregator=aggregator_state,
-        round=np.int32(t + 1),
-        history=state['history'],
-        losses=stored_losses,
-        stamps=stamps,
-        selected=selected,
-        **{name: value.numpy() for name, value in sums.items()},
+      global_model_weights=tff.learning.models.ModelWeights(
+        trainable=list(tf.nest.flatten(new_trainable)),
+        non_trainable=weights.non_trainable,
+      ),
+      client_work=work_state,
+      aggregator=aggregator_state,
+      round=np.int32(t + 1),
+      history=state['history'],
+      losses=stored_losses,
+      stamps=stamps,
+      selected=selected,
+      **{name: value.numpy() for name, value in sums.items()},
     )
     metrics = collections.OrderedDict(
-        distributor=(),
-        client_work=work_metrics,
-        aggregator=aggregator_metrics,
-        finalizer=tf.nest.map_structure(lambda x: x.numpy(), measurements),
+      distributor=(),
+      client_work=work_metrics,
+      aggregator=aggregator_metrics,
+      finalizer=tf.nest.map_structure(lambda x: x.numpy(), measurements),
     )
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
 
 class _PendingRound(tff.program.MaterializableValueReference):
-  """A FedCDA round whose client side is still running (TFF's native context).
-  """
+  """A FedCDA round whose client side is still running (native context)."""
 
   def __init__(self, process, state, outputs):
     self._process = process
@@ -500,10 +563,9 @@ class _PendingRound(tff.program.MaterializableValueReference):
 
 
 def check_store(history_store: Optional[HistoryStore]) -> None:
-  if history_store is not None and not isinstance(history_store,
-                                                  HistoryStore):
+  if history_store is not None and not isinstance(history_store, HistoryStore):
     raise TypeError(
-        'history_store must be a tff_aggregators HistoryStore '
-        '(InMemoryHistoryStore() or MemmapHistoryStore(directory)), got '
-        f'{type(history_store).__name__}.'
+      'history_store must be a tff_aggregators HistoryStore '
+      '(InMemoryHistoryStore() or MemmapHistoryStore(directory)), got '
+      f'{type(history_store).__name__}.'
     )

@@ -15,26 +15,26 @@ SCALINGS = ('auto', 'update', 'first_moment')
 
 
 def build_fedglad_process(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    *,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    model_distributor: Optional[
-        tff.learning.templates.DistributionProcess] = None,
-    model_aggregator: Optional[
-        tff.aggregators.WeightedAggregationFactory] = None,
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
-    proximal_strength: float = 0.0,
-    gamma: float = 0.02,
-    beta: float = 0.9,
-    grouping: str = 'per_variable',
-    server_update_scaling: str = 'auto',
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  *,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  model_distributor: Optional[
+    tff.learning.templates.DistributionProcess
+  ] = None,
+  model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
+  proximal_strength: float = 0.0,
+  gamma: float = 0.02,
+  beta: float = 0.9,
+  grouping: str = 'per_variable',
+  server_update_scaling: str = 'auto',
 ) -> tff.learning.templates.LearningProcess:
   """A FedAvg-style process whose server step is adapted by FedGLAD.
 
@@ -85,50 +85,42 @@ def build_fedglad_process(
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   if not isinstance(server_optimizer_fn, tff.learning.optimizers.Optimizer):
     raise TypeError(
-        'build_fedglad_process needs a tff.learning.optimizers.Optimizer as '
-        f'server_optimizer_fn, got {server_optimizer_fn!r}.'
+      'build_fedglad_process needs a tff.learning.optimizers.Optimizer as '
+      f'server_optimizer_fn, got {server_optimizer_fn!r}.'
     )
   if server_update_scaling not in SCALINGS:
     raise ValueError(
-        f'server_update_scaling must be one of {SCALINGS}, got '
-        f'{server_update_scaling!r}.'
+      f'server_update_scaling must be one of {SCALINGS}, got '
+      f'{server_update_scaling!r}.'
     )
   kind = glad_adaptive.optimizer_kind(server_optimizer_fn)
   adaptive = kind in glad_adaptive.ADAPTIVE_KINDS
   if server_update_scaling == 'auto':
     if kind is None:
       raise ValueError(
-          'build_fedglad_process cannot tell how FedGLAD should scale the '
-          f'update for {server_optimizer_fn!r}: pass '
-          "server_update_scaling='update' to scale it before the optimizer."
+        'build_fedglad_process cannot tell how FedGLAD should scale the '
+        f'update for {server_optimizer_fn!r}: pass '
+        "server_update_scaling='update' to scale it before the optimizer."
       )
     server_update_scaling = 'first_moment' if adaptive else 'update'
   if server_update_scaling == 'first_moment' and not adaptive:
     raise ValueError(
-        "server_update_scaling='first_moment' needs a server optimizer built "
-        'by tff.learning.optimizers.build_adam or build_yogi, got '
-        f'{server_optimizer_fn!r}.'
+      "server_update_scaling='first_moment' needs a server optimizer built "
+      'by tff.learning.optimizers.build_adam or build_yogi, got '
+      f'{server_optimizer_fn!r}.'
     )
   glad_options = dict(
-      gamma=gamma, beta=beta, grouping=grouping,
-      inner_agg_factory=model_aggregator
+    gamma=gamma,
+    beta=beta,
+    grouping=grouping,
+    inner_agg_factory=model_aggregator,
   )
   if server_update_scaling == 'update':
     aggregator = fedglad.FedGladFactory(**glad_options)
     if proximal_strength > 0:
       return client_works.build_weighted_fed_prox(
-          model_fn=model_fn,
-          proximal_strength=proximal_strength,
-          client_optimizer_fn=client_optimizer_fn,
-          server_optimizer_fn=server_optimizer_fn,
-          client_weighting=client_weighting,
-          model_distributor=model_distributor,
-          model_aggregator=aggregator,
-          metrics_aggregator=metrics_aggregator,
-          loop_implementation=loop_implementation,
-      )
-    return tff.learning.algorithms.build_weighted_fed_avg(
         model_fn=model_fn,
+        proximal_strength=proximal_strength,
         client_optimizer_fn=client_optimizer_fn,
         server_optimizer_fn=server_optimizer_fn,
         client_weighting=client_weighting,
@@ -136,27 +128,37 @@ def build_fedglad_process(
         model_aggregator=aggregator,
         metrics_aggregator=metrics_aggregator,
         loop_implementation=loop_implementation,
+      )
+    return tff.learning.algorithms.build_weighted_fed_avg(
+      model_fn=model_fn,
+      client_optimizer_fn=client_optimizer_fn,
+      server_optimizer_fn=server_optimizer_fn,
+      client_weighting=client_weighting,
+      model_distributor=model_distributor,
+      model_aggregator=aggregator,
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation,
     )
 
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
   client_work = client_works.model_delta_client_work(
-      model_fn,
-      client_optimizer_fn,
-      client_weighting=client_weighting,
-      proximal_strength=proximal_strength,
-      metrics_aggregator=metrics_aggregator,
-      loop_implementation=loop_implementation,
+    model_fn,
+    client_optimizer_fn,
+    client_weighting=client_weighting,
+    proximal_strength=proximal_strength,
+    metrics_aggregator=metrics_aggregator,
+    loop_implementation=loop_implementation,
   )
   aggregator = fedglad.FedGladFactory(
-      emit='update_and_multipliers', **glad_options
+    emit='update_and_multipliers', **glad_options
   ).create(model_weights_type.trainable, tff.TensorType(np.float32))
   return client_works.compose(
-      initial_model_weights_fn,
-      client_work,
-      aggregator,
-      glad_adaptive.build_glad_adaptive_finalizer(
-          server_optimizer_fn, model_weights_type
-      ),
-      model_distributor,
+    initial_model_weights_fn,
+    client_work,
+    aggregator,
+    glad_adaptive.build_glad_adaptive_finalizer(
+      server_optimizer_fn, model_weights_type
+    ),
+    model_distributor,
   )

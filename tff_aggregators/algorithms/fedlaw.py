@@ -14,29 +14,28 @@ from tff_aggregators.finalizers import fedlaw
 
 
 def build_fedlaw_process(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    *,
-    proxy_data: Optional[
-        Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]]
-    ],
-    max_clients: int,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    model_distributor: Optional[
-        tff.learning.templates.DistributionProcess] = None,
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
-    variant: str = 'fedlaw',
-    server_epochs: int = 100,
-    server_lr: float = 0.005,
-    proxy_batch_size: int = 128,
-    fixed_gamma: float = 1.0,
-    proxy_loss_fn=None,
-    seed: int = 0,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  *,
+  proxy_data: Optional[Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]]],
+  max_clients: int,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  model_distributor: Optional[
+    tff.learning.templates.DistributionProcess
+  ] = None,
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
+  variant: str = 'fedlaw',
+  server_epochs: int = 100,
+  server_lr: float = 0.005,
+  proxy_batch_size: int = 128,
+  fixed_gamma: float = 1.0,
+  proxy_loss_fn=None,
+  seed: int = 0,
 ) -> tff.learning.templates.LearningProcess:
   """A learning process whose server learns FedLAW's gamma and lambda.
 
@@ -76,37 +75,36 @@ def build_fedlaw_process(
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
   finalizer = fedlaw.build_fedlaw_finalizer(
-      model_fn,
-      model_weights_type,
-      proxy_data,
-      max_clients=max_clients,
-      variant=variant,
-      server_epochs=server_epochs,
-      server_lr=server_lr,
-      proxy_batch_size=proxy_batch_size,
-      fixed_gamma=fixed_gamma,
-      proxy_loss_fn=proxy_loss_fn,
-      seed=seed,
+    model_fn,
+    model_weights_type,
+    proxy_data,
+    max_clients=max_clients,
+    variant=variant,
+    server_epochs=server_epochs,
+    server_lr=server_lr,
+    proxy_batch_size=proxy_batch_size,
+    fixed_gamma=fixed_gamma,
+    proxy_loss_fn=proxy_loss_fn,
+    seed=seed,
   )
   client_work = client_works.model_delta_client_work(
-      model_fn,
-      client_optimizer_fn,
-      client_weighting=client_weighting,
-      metrics_aggregator=metrics_aggregator,
-      loop_implementation=loop_implementation,
+    model_fn,
+    client_optimizer_fn,
+    client_weighting=client_weighting,
+    metrics_aggregator=metrics_aggregator,
+    loop_implementation=loop_implementation,
   )
   aggregator = collect.CollectAllFactory(max_clients).create(
-      model_weights_type.trainable, tff.TensorType(np.float32)
+    model_weights_type.trainable, tff.TensorType(np.float32)
   )
   process = client_works.compose(
-      initial_model_weights_fn,
-      client_work,
-      aggregator,
-      finalizer,
-      model_distributor,
+    initial_model_weights_fn,
+    client_work,
+    aggregator,
+    finalizer,
+    model_distributor,
   )
-  return checks.with_cohort_limit(process, max_clients,
-                                  'build_fedlaw_process')
+  return checks.with_cohort_limit(process, max_clients, 'build_fedlaw_process')
 
 
 def _proxy_error(problem: str) -> ValueError:
@@ -125,11 +123,16 @@ def check_proxy_data(model_fn, proxy_data, proxy_loss_fn=None) -> None:
   """
   if isinstance(proxy_data, tf.data.Dataset):
     spec = proxy_data.element_spec
-    if (isinstance(spec, tuple) and len(spec) == 2
-        and spec[0].shape.rank and spec[0].shape[0] is None):
+    if (
+      isinstance(spec, tuple)
+      and len(spec) == 2
+      and spec[0].shape.rank
+      and spec[0].shape[0] is None
+    ):
       raise _proxy_error(
-          f'the dataset looks batched (inputs {spec[0].shape}); pass '
-          'unbatched (x, y) examples, e.g. dataset.unbatch().')
+        f'the dataset looks batched (inputs {spec[0].shape}); pass '
+        'unbatched (x, y) examples, e.g. dataset.unbatch().'
+      )
   try:
     x, y = fedlaw.proxy_arrays(proxy_data)
   except (TypeError, ValueError) as e:
@@ -140,33 +143,41 @@ def check_proxy_data(model_fn, proxy_data, proxy_loss_fn=None) -> None:
     logits = model.predict_on_batch(x, training=False)
   except Exception as e:  # pylint: disable=broad-except
     raise _proxy_error(
-        f'the model cannot take its inputs of shape {x.shape[1:]} per '
-        f'example ({type(e).__name__}: {str(e).splitlines()[0][:200]}); '
-        'give unbatched examples of the model\'s input shape.') from None
+      f'the model cannot take its inputs of shape {x.shape[1:]} per '
+      f'example ({type(e).__name__}: {str(e).splitlines()[0][:200]}); '
+      "give unbatched examples of the model's input shape."
+    ) from None
   num_classes = int(logits.shape[-1])
   if proxy_loss_fn is None:
     if y.ndim > 1 and y.shape[-1] > 1:
       raise _proxy_error(
-          f'its labels look one-hot (shape {y.shape[1:]} per example) but '
-          'the default proxy loss is sparse cross-entropy: pass integer '
-          'labels (np.argmax(y, -1)) or a proxy_loss_fn.')
+        f'its labels look one-hot (shape {y.shape[1:]} per example) but '
+        'the default proxy loss is sparse cross-entropy: pass integer '
+        'labels (np.argmax(y, -1)) or a proxy_loss_fn.'
+      )
     labels = fedlaw.proxy_arrays(proxy_data)[1]
     if not np.issubdtype(labels.dtype, np.integer):
       raise _proxy_error(f'labels are {labels.dtype}, not integer classes.')
     if labels.min() < 0 or labels.max() >= num_classes:
       raise _proxy_error(
-          f'labels span [{labels.min()}, {labels.max()}] but the model has '
-          f'{num_classes} outputs: labels must be in [0, {num_classes}).')
-  loss_fn = proxy_loss_fn or (lambda y, logits: tf.reduce_mean(
+        f'labels span [{labels.min()}, {labels.max()}] but the model has '
+        f'{num_classes} outputs: labels must be in [0, {num_classes}).'
+      )
+  loss_fn = proxy_loss_fn or (
+    lambda y, logits: tf.reduce_mean(
       tf.keras.losses.sparse_categorical_crossentropy(
-          y, logits, from_logits=True)))
+        y, logits, from_logits=True
+      )
+    )
+  )
   try:
     loss = loss_fn(tf.constant(y), logits)
   except Exception as e:  # pylint: disable=broad-except
     raise _proxy_error(
-        f'the proxy loss fails on its labels of shape {y.shape[1:]} per '
-        f'example ({type(e).__name__}: {str(e).splitlines()[0][:200]}).'
+      f'the proxy loss fails on its labels of shape {y.shape[1:]} per '
+      f'example ({type(e).__name__}: {str(e).splitlines()[0][:200]}).'
     ) from None
   if tf.size(loss) != 1:
-    raise _proxy_error(f'proxy_loss_fn must return a scalar mean loss, got '
-                       f'shape {loss.shape}.')
+    raise _proxy_error(
+      f'proxy_loss_fn must return a scalar mean loss, got shape {loss.shape}.'
+    )

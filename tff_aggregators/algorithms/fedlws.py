@@ -13,28 +13,29 @@ from tff_aggregators.finalizers import fedlws
 
 
 def build_fedlws_process(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
-    *,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    model_distributor: Optional[
-        tff.learning.templates.DistributionProcess] = None,
-    model_aggregator: Optional[
-        tff.aggregators.WeightedAggregationFactory] = None,
-    stats_aggregator: Optional[
-        tff.aggregators.UnweightedAggregationFactory] = None,
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
-    proximal_strength: float = 0.0,
-    beta: float = 0.1,
-    tau_clip: Optional[tuple[float, float]] = None,
-    grouping: Union[str, Sequence[Sequence[int]]] = 'layer',
-    tau_mode: str = 'exact',
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  server_optimizer_fn: Optional[tff.learning.optimizers.Optimizer] = None,
+  *,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  model_distributor: Optional[
+    tff.learning.templates.DistributionProcess
+  ] = None,
+  model_aggregator: Optional[tff.aggregators.WeightedAggregationFactory] = None,
+  stats_aggregator: Optional[
+    tff.aggregators.UnweightedAggregationFactory
+  ] = None,
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
+  proximal_strength: float = 0.0,
+  beta: float = 0.1,
+  tau_clip: Optional[tuple[float, float]] = None,
+  grouping: Union[str, Sequence[Sequence[int]]] = 'layer',
+  tau_mode: str = 'exact',
 ) -> tff.learning.templates.LearningProcess:
   """A FedAvg-style process whose new global model is shrunk by FedLWS.
 
@@ -83,25 +84,30 @@ def build_fedlws_process(
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
   client_work = client_works.model_delta_client_work(
-      model_fn,
-      client_optimizer_fn,
-      client_weighting=client_weighting,
-      proximal_strength=proximal_strength,
-      metrics_aggregator=metrics_aggregator,
-      loop_implementation=loop_implementation,
+    model_fn,
+    client_optimizer_fn,
+    client_weighting=client_weighting,
+    proximal_strength=proximal_strength,
+    metrics_aggregator=metrics_aggregator,
+    loop_implementation=loop_implementation,
   )
   aggregator = fedlws_stats.FedLwsStatsFactory(
-      groups, tau_mode=tau_mode, inner_agg_factory=model_aggregator,
-      stats_sum_factory=stats_aggregator,
+    groups,
+    tau_mode=tau_mode,
+    inner_agg_factory=model_aggregator,
+    stats_sum_factory=stats_aggregator,
   ).create(model_weights_type.trainable, tff.TensorType(np.float32))
   finalizer = fedlws.build_fedlws_finalizer(
-      server_optimizer_fn, model_weights_type, groups=groups, beta=beta,
-      tau_clip=tau_clip,
+    server_optimizer_fn,
+    model_weights_type,
+    groups=groups,
+    beta=beta,
+    tau_clip=tau_clip,
   )
   return client_works.compose(
-      initial_model_weights_fn,
-      client_work,
-      aggregator,
-      finalizer,
-      model_distributor,
+    initial_model_weights_fn,
+    client_work,
+    aggregator,
+    finalizer,
+    model_distributor,
   )

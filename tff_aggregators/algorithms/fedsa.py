@@ -13,31 +13,32 @@ from tff_aggregators.finalizers import fedsa
 
 
 def build_fedsa_process(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    client_optimizer_fn: tff.learning.optimizers.Optimizer,
-    *,
-    max_clients: int,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    model_distributor: Optional[
-        tff.learning.templates.DistributionProcess] = None,
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
-    proximal_strength: float = 0.0,
-    cv_threshold: float = 0.2,
-    sim_threshold: float = 0.2,
-    num_categories: int = 4,
-    max_clusters: int = 4,
-    alpha_normalization: str = 'sum_to_one',
-    mic_normalization: str = 'per_coordinate_minmax',
-    mic_scale: float = 4.0,
-    zero_mean_policy: str = 'inf_is_high',
-    weighted_mean: bool = False,
-    late_join_mode: str = 'greedy_update',
-    cluster_scope: str = 'per_tensor',
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  client_optimizer_fn: tff.learning.optimizers.Optimizer,
+  *,
+  max_clients: int,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  model_distributor: Optional[
+    tff.learning.templates.DistributionProcess
+  ] = None,
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
+  proximal_strength: float = 0.0,
+  cv_threshold: float = 0.2,
+  sim_threshold: float = 0.2,
+  num_categories: int = 4,
+  max_clusters: int = 4,
+  alpha_normalization: str = 'sum_to_one',
+  mic_normalization: str = 'per_coordinate_minmax',
+  mic_scale: float = 4.0,
+  zero_mean_policy: str = 'inf_is_high',
+  weighted_mean: bool = False,
+  late_join_mode: str = 'greedy_update',
+  cluster_scope: str = 'per_tensor',
 ) -> tff.learning.templates.LearningProcess:
   """A learning process whose server aggregates with FedSA.
 
@@ -83,35 +84,35 @@ def build_fedsa_process(
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
   finalizer = fedsa.build_fedsa_finalizer(
-      model_weights_type,
-      cv_threshold=cv_threshold,
-      sim_threshold=sim_threshold,
-      num_categories=num_categories,
-      max_clusters=max_clusters,
-      alpha_normalization=alpha_normalization,
-      mic_normalization=mic_normalization,
-      mic_scale=mic_scale,
-      zero_mean_policy=zero_mean_policy,
-      weighted_mean=weighted_mean,
-      late_join_mode=late_join_mode,
-      cluster_scope=cluster_scope,
+    model_weights_type,
+    cv_threshold=cv_threshold,
+    sim_threshold=sim_threshold,
+    num_categories=num_categories,
+    max_clusters=max_clusters,
+    alpha_normalization=alpha_normalization,
+    mic_normalization=mic_normalization,
+    mic_scale=mic_scale,
+    zero_mean_policy=zero_mean_policy,
+    weighted_mean=weighted_mean,
+    late_join_mode=late_join_mode,
+    cluster_scope=cluster_scope,
   )
   client_work = client_works.model_delta_client_work(
-      model_fn,
-      client_optimizer_fn,
-      client_weighting=client_weighting,
-      proximal_strength=proximal_strength,
-      metrics_aggregator=metrics_aggregator,
-      loop_implementation=loop_implementation,
+    model_fn,
+    client_optimizer_fn,
+    client_weighting=client_weighting,
+    proximal_strength=proximal_strength,
+    metrics_aggregator=metrics_aggregator,
+    loop_implementation=loop_implementation,
   )
   aggregator = collect.CollectAllFactory(max_clients).create(
-      model_weights_type.trainable, tff.TensorType(np.float32)
+    model_weights_type.trainable, tff.TensorType(np.float32)
   )
   process = client_works.compose(
-      initial_model_weights_fn,
-      client_work,
-      aggregator,
-      finalizer,
-      model_distributor,
+    initial_model_weights_fn,
+    client_work,
+    aggregator,
+    finalizer,
+    model_distributor,
   )
   return checks.with_cohort_limit(process, max_clients, 'build_fedsa_process')

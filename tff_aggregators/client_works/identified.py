@@ -53,46 +53,54 @@ MAX_CLIENT_ID = 2**24  # Ids travel as float32 in the update.
 NO_ID = -1  # What an empty dataset reports.
 
 
-def attach_client_id(dataset: tf.data.Dataset,
-                     client_id: int) -> tf.data.Dataset:
+def attach_client_id(
+  dataset: tf.data.Dataset, client_id: int
+) -> tf.data.Dataset:
   """`dataset`, each element as `OrderedDict(data=element, client_id=id)`."""
   ids = tf.data.Dataset.from_tensors(np.int32(client_id)).repeat()
   return tf.data.Dataset.zip((dataset, ids)).map(
-      lambda element, i: collections.OrderedDict([(DATA, element),
-                                                  (CLIENT_ID, i)]))
+    lambda element, i: collections.OrderedDict(
+      [(DATA, element), (CLIENT_ID, i)]
+    )
+  )
 
 
-def check_client_ids(client_ids: Sequence[Any],
-                     num_clients: Optional[int] = None) -> list[int]:
+def check_client_ids(
+  client_ids: Sequence[Any], num_clients: Optional[int] = None
+) -> list[int]:
   """The cohort's ids as ints; raises on a duplicate or an id out of range."""
   limit = MAX_CLIENT_ID if num_clients is None else num_clients
   checked = []
   for client_id in client_ids:
     if isinstance(client_id, (str, bytes)):
       raise ValueError(
-          f'Client id {client_id!r} is a string; FedCDA indexes clients by '
-          'integers in [0, num_clients). For TFF ClientData use '
-          'tff_aggregators.IdentifiedDataSource(client_data), or map each id '
-          'to its position in client_data.client_ids.')
-    if (not isinstance(client_id, (int, np.integer))
-        or not 0 <= client_id < limit):
+        f'Client id {client_id!r} is a string; FedCDA indexes clients by '
+        'integers in [0, num_clients). For TFF ClientData use '
+        'tff_aggregators.IdentifiedDataSource(client_data), or map each id '
+        'to its position in client_data.client_ids.'
+      )
+    if (
+      not isinstance(client_id, (int, np.integer)) or not 0 <= client_id < limit
+    ):
       raise ValueError(
-          f'Client id {client_id!r} is outside the population [0, {limit}): '
-          'ids index the clients (num_clients of the FedCDA builder).')
+        f'Client id {client_id!r} is outside the population [0, {limit}): '
+        'ids index the clients (num_clients of the FedCDA builder).'
+      )
     checked.append(int(client_id))
   duplicates = sorted({i for i in checked if checked.count(i) > 1})
   if duplicates:
     raise ValueError(
-        f'Client id {duplicates[0]} appears more than once in the cohort '
-        f'{checked}; sample each round\'s clients without replacement.')
+      f'Client id {duplicates[0]} appears more than once in the cohort '
+      f"{checked}; sample each round's clients without replacement."
+    )
   return checked
 
 
 def with_client_ids(
-    datasets: Sequence[tf.data.Dataset],
-    client_ids: Sequence[int],
-    *,
-    num_clients: Optional[int] = None,
+  datasets: Sequence[tf.data.Dataset],
+  client_ids: Sequence[int],
+  *,
+  num_clients: Optional[int] = None,
 ) -> list[tf.data.Dataset]:
   """The cohort's datasets with each client's integer id in every element.
 
@@ -109,20 +117,22 @@ def with_client_ids(
   """
   if len(datasets) != len(client_ids):
     raise ValueError(
-        f'{len(datasets)} datasets but {len(client_ids)} client ids.'
+      f'{len(datasets)} datasets but {len(client_ids)} client ids.'
     )
   ids = check_client_ids(client_ids, num_clients)
   for dataset in datasets:
     if not isinstance(dataset, tf.data.Dataset):
-      raise TypeError(f'with_client_ids takes tf.data.Datasets, got '
-                      f'{type(dataset).__name__}.')
+      raise TypeError(
+        f'with_client_ids takes tf.data.Datasets, got {type(dataset).__name__}.'
+      )
   return [attach_client_id(d, i) for d, i in zip(datasets, ids)]
 
 
 def carries_client_ids(element_spec: Any) -> bool:
   """Whether a dataset's `element_spec` is `attach_client_id`'s."""
-  return (isinstance(element_spec, collections.abc.Mapping)
-          and set(element_spec) == {DATA, CLIENT_ID})
+  return isinstance(element_spec, collections.abc.Mapping) and set(
+    element_spec
+  ) == {DATA, CLIENT_ID}
 
 
 def expects_client_ids(process: Any) -> bool:
@@ -141,35 +151,38 @@ def expects_client_ids(process: Any) -> bool:
   return CLIENT_ID in dir(element)
 
 
-def check_identified_cohort(client_data: Any, max_clients: int,
-                            builder: str) -> None:
+def check_identified_cohort(
+  client_data: Any, max_clients: int, builder: str
+) -> None:
   """Raises before a round if its client data cannot carry FedCDA's ids."""
   if not isinstance(client_data, (list, tuple)):
     raise TypeError(
-        f'The client data of a {builder} round is a list of tf.data.Datasets '
-        f'(one per client), got {type(client_data).__name__}.')
+      f'The client data of a {builder} round is a list of tf.data.Datasets '
+      f'(one per client), got {type(client_data).__name__}.'
+    )
   for dataset in client_data:
     spec = getattr(dataset, 'element_spec', None)
     if not carries_client_ids(spec):
       raise ValueError(
-          f'{builder} needs each client\'s id in its data: pass '
-          'tff_aggregators.with_client_ids(datasets, ids) (integer ids in '
-          '[0, num_clients)) or use tff_aggregators.IdentifiedDataSource; '
-          f'got elements {spec}.')
+        f"{builder} needs each client's id in its data: pass "
+        'tff_aggregators.with_client_ids(datasets, ids) (integer ids in '
+        '[0, num_clients)) or use tff_aggregators.IdentifiedDataSource; '
+        f'got elements {spec}.'
+      )
 
 
 def build_identified_client_work(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    optimizer: tff.learning.optimizers.Optimizer,
-    *,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
-    local_epochs: Optional[int] = None,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  *,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
+  local_epochs: Optional[int] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work, reporting the client id and loss too.
 
@@ -191,32 +204,43 @@ def build_identified_client_work(
     raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
 
   def client_data_type(element_type):
-    return tff.SequenceType(tff.types.to_type(collections.OrderedDict([
-        (DATA, element_type),
-        (CLIENT_ID, tff.TensorType(np.int32)),
-    ])))
+    return tff.SequenceType(
+      tff.types.to_type(
+        collections.OrderedDict(
+          [
+            (DATA, element_type),
+            (CLIENT_ID, tff.TensorType(np.int32)),
+          ]
+        )
+      )
+    )
 
   def client_update(hparams, initial_weights, client_data):
-    train = _build_training(model_fn, optimizer, client_weighting,
-                            loop_implementation, local_epochs)
+    train = _build_training(
+      model_fn, optimizer, client_weighting, loop_implementation, local_epochs
+    )
     delta, weight, loss, client_id, outputs = train(
-        initial_weights, client_data, hparams)
-    value = collections.OrderedDict([
+      initial_weights, client_data, hparams
+    )
+    value = collections.OrderedDict(
+      [
         (DELTA, delta),
         (LOSS, loss),
         (CLIENT_ID, tf.cast(client_id, tf.float32)),
-    ])
+      ]
+    )
     return (
-        tff.learning.templates.ClientResult(
-            update=value, update_weight=weight
-        ),
-        outputs,
+      tff.learning.templates.ClientResult(update=value, update_weight=weight),
+      outputs,
     )
 
   return with_hparams.build_client_work(
-      model_fn, optimizer, client_update,
-      client_data_type_fn=client_data_type,
-      metrics_aggregator=metrics_aggregator)
+    model_fn,
+    optimizer,
+    client_update,
+    client_data_type_fn=client_data_type,
+    metrics_aggregator=metrics_aggregator,
+  )
 
 
 def last_epoch_loss(batch_sizes, batch_losses, local_epochs):
@@ -237,19 +261,25 @@ def last_epoch_loss(batch_sizes, batch_losses, local_epochs):
   else:  # The examples before the last of E passes.
     start = tf.reduce_sum(batch_sizes) * (local_epochs - 1) / local_epochs
   share = tf.clip_by_value(seen - start, 0.0, batch_sizes)
-  return tf.cast(tf.math.divide_no_nan(
-      tf.reduce_sum(share * batch_losses), tf.reduce_sum(share)), tf.float32)
+  return tf.cast(
+    tf.math.divide_no_nan(
+      tf.reduce_sum(share * batch_losses), tf.reduce_sum(share)
+    ),
+    tf.float32,
+  )
 
 
-def delta_and_weight(model, initial_weights, weights, num_examples,
-                     client_weighting):
+def delta_and_weight(
+  model, initial_weights, weights, num_examples, client_weighting
+):
   """(delta, weight, non_finite) of a trained client, as TFF's client work.
 
   A non-finite delta becomes zeros of weight 0 and the client's metrics are
   reset (`build_model_delta_client_work`, TFF 0.87). Runs in a tf.function.
   """
   delta = tf.nest.map_structure(
-      tf.subtract, initial_weights.trainable, weights.trainable)
+    tf.subtract, initial_weights.trainable, weights.trainable
+  )
   delta, non_finite = tff_compat.zero_all_if_any_non_finite(delta)
   if non_finite > 0:  # No weight, no metrics, as TFF's client work.
     weight = tf.constant(0.0, tf.float32)
@@ -261,8 +291,9 @@ def delta_and_weight(model, initial_weights, weights, num_examples,
   return delta, weight, non_finite
 
 
-def _build_training(model_fn, optimizer, client_weighting,
-                    loop_implementation, local_epochs):
+def _build_training(
+  model_fn, optimizer, client_weighting, loop_implementation, local_epochs
+):
   """The local training of TFF's model-delta client work, plus id and loss.
 
   The loop, non-finite handling and weights are those of
@@ -292,38 +323,57 @@ def _build_training(model_fn, optimizer, client_weighting,
         output = model.forward_pass(batch, training=True)
       gradients = tape.gradient(output.loss, weights.trainable)
       optimizer_state, updated = optimizer.next(
-          optimizer_state,
-          tuple(tf.nest.flatten(weights.trainable)),
-          tuple(tf.nest.flatten(gradients)),
+        optimizer_state,
+        tuple(tf.nest.flatten(weights.trainable)),
+        tuple(tf.nest.flatten(gradients)),
       )
       tf.nest.map_structure(
-          lambda a, b: a.assign(b), weights.trainable,
-          tf.nest.pack_sequence_as(weights.trainable, updated))
+        lambda a, b: a.assign(b),
+        weights.trainable,
+        tf.nest.pack_sequence_as(weights.trainable, updated),
+      )
       n = batch_size(output)
       index = sizes.size()
-      return (num_examples + n, element[CLIENT_ID],
-              sizes.write(index, tf.cast(n, tf.float64)),
-              losses.write(index, tf.cast(output.loss, tf.float64)),
-              optimizer_state)
+      return (
+        num_examples + n,
+        element[CLIENT_ID],
+        sizes.write(index, tf.cast(n, tf.float64)),
+        losses.write(index, tf.cast(output.loss, tf.float64)),
+        optimizer_state,
+      )
 
     def initial_state():
       specs = tf.nest.map_structure(
-          lambda v: tf.TensorSpec(v.shape, v.dtype),
-          tuple(tf.nest.flatten(weights.trainable)),
+        lambda v: tf.TensorSpec(v.shape, v.dtype),
+        tuple(tf.nest.flatten(weights.trainable)),
       )
       optimizer_state = optimizer.set_hparams(
-          optimizer.initialize(specs), hparams)
-      array = lambda: tf.TensorArray(tf.float64, size=0, dynamic_size=True,
-                                     element_shape=[])
-      return (tf.constant(0, tf.int64), tf.constant(NO_ID, tf.int32),
-              array(), array(), optimizer_state)
+        optimizer.initialize(specs), hparams
+      )
+      array = lambda: tf.TensorArray(
+        tf.float64, size=0, dynamic_size=True, element_shape=[]
+      )
+      return (
+        tf.constant(0, tf.int64),
+        tf.constant(NO_ID, tf.int32),
+        array(),
+        array(),
+        optimizer_state,
+      )
 
     num_examples, client_id, sizes, losses, _ = training_loop(
-        reduce_fn, data, initial_state)
-    delta, weight, _ = delta_and_weight(model, initial_weights, weights,
-                                        num_examples, client_weighting)
+      reduce_fn, data, initial_state
+    )
+    delta, weight, _ = delta_and_weight(
+      model, initial_weights, weights, num_examples, client_weighting
+    )
     loss = last_epoch_loss(sizes.stack(), losses.stack(), local_epochs)
-    return (delta, weight, loss, client_id,
-            model.report_local_unfinalized_metrics())
+    return (
+      delta,
+      weight,
+      loss,
+      client_id,
+      model.report_local_unfinalized_metrics(),
+    )
 
   return train

@@ -39,8 +39,8 @@ class _ProximalOptimizer(tff.learning.optimizers.Optimizer):
 
   def next(self, state, weights, gradients):
     gradients = tuple(
-        g + self._proximal_strength * (w - w0)
-        for g, w, w0 in zip(gradients, weights, self._global_weights)
+      g + self._proximal_strength * (w - w0)
+      for g, w, w0 in zip(gradients, weights, self._global_weights)
     )
     return self._optimizer.next(state, weights, gradients)
 
@@ -52,17 +52,17 @@ class _ProximalOptimizer(tff.learning.optimizers.Optimizer):
 
 
 def build_proximal_client_work(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    optimizer: tff.learning.optimizers.Optimizer,
-    *,
-    proximal_strength: float,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  *,
+  proximal_strength: float,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
 ) -> tff.learning.templates.ClientWorkProcess:
   """FedProx's client work with `get_hparams`/`set_hparams`.
 
@@ -81,19 +81,20 @@ def build_proximal_client_work(
   proximal_strength = float(proximal_strength)
   if not proximal_strength >= 0:
     raise ValueError(
-        f'proximal_strength must be >= 0, got {proximal_strength}.'
+      f'proximal_strength must be >= 0, got {proximal_strength}.'
     )
 
   def client_update(hparams, initial_weights, dataset):
     update = tff_compat.build_model_delta_update_with_tff_optimizer(
-        model_fn,
-        weighting=client_weighting,
-        loop_implementation=loop_implementation,
+      model_fn,
+      weighting=client_weighting,
+      loop_implementation=loop_implementation,
     )
     proximal_optimizer = _ProximalOptimizer(
-        optimizer, proximal_strength, initial_weights.trainable)
+      optimizer, proximal_strength, initial_weights.trainable
+    )
     return update(proximal_optimizer, initial_weights, dataset, hparams)
 
   return with_hparams.build_client_work(
-      model_fn, optimizer, client_update,
-      metrics_aggregator=metrics_aggregator)
+    model_fn, optimizer, client_update, metrics_aggregator=metrics_aggregator
+  )

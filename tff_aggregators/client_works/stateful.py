@@ -63,8 +63,9 @@ DEFAULT_MAX_STATE_BYTES = 64 * 2**20
 _BUILDER = 'build_stateful_client_work'
 
 
-def client_state_leaves(optimizer: tff.learning.optimizers.Optimizer,
-                        state: Any) -> list[Any]:
+def client_state_leaves(
+  optimizer: tff.learning.optimizers.Optimizer, state: Any
+) -> list[Any]:
   """The leaves of an optimizer state without its hyperparameters.
 
   In `tf.nest.flatten` order (keys sorted) of the state with the
@@ -73,18 +74,23 @@ def client_state_leaves(optimizer: tff.learning.optimizers.Optimizer,
   """
   if not isinstance(state, Mapping):
     raise TypeError(
-        f'{_BUILDER} needs an optimizer whose state is a mapping (as TFF\'s '
-        f'optimizers have), got {type(state).__name__}.')
+      f"{_BUILDER} needs an optimizer whose state is a mapping (as TFF's "
+      f'optimizers have), got {type(state).__name__}.'
+    )
   hparam_keys = set(optimizer.get_hparams(state))
-  return tf.nest.flatten(collections.OrderedDict(
-      (k, v) for k, v in state.items() if k not in hparam_keys))
+  return tf.nest.flatten(
+    collections.OrderedDict(
+      (k, v) for k, v in state.items() if k not in hparam_keys
+    )
+  )
 
 
 def with_client_state_leaves(optimizer, state, leaves):
   """`state` with its non-hyperparameter leaves replaced by `leaves`."""
   hparam_keys = set(optimizer.get_hparams(state))
   slots = collections.OrderedDict(
-      (k, v) for k, v in state.items() if k not in hparam_keys)
+    (k, v) for k, v in state.items() if k not in hparam_keys
+  )
   updated = collections.OrderedDict(state)
   updated.update(tf.nest.pack_sequence_as(slots, list(leaves)))
   return updated
@@ -94,17 +100,22 @@ def _leaf_specs(model_fn, optimizer):
   """(trainable specs, per-client state leaf specs), from a throwaway graph."""
   with tf.Graph().as_default():
     model = model_fn()
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                  for v in model.trainable_variables)
+    specs = tuple(
+      tf.TensorSpec(v.shape, v.dtype) for v in model.trainable_variables
+    )
     leaves = client_state_leaves(optimizer, optimizer.initialize(specs))
-    leaf_specs = [tf.TensorSpec(tf.convert_to_tensor(x).shape,
-                                tf.convert_to_tensor(x).dtype)
-                  for x in leaves]
+    leaf_specs = [
+      tf.TensorSpec(
+        tf.convert_to_tensor(x).shape, tf.convert_to_tensor(x).dtype
+      )
+      for x in leaves
+    ]
   return specs, leaf_specs
 
 
-def check_state_bytes(num_clients: int, trainable_specs, leaf_specs,
-                      max_state_bytes: int) -> int:
+def check_state_bytes(
+  num_clients: int, trainable_specs, leaf_specs, max_state_bytes: int
+) -> int:
   """The table's bytes; raises `ValueError` above `max_state_bytes`."""
   parameters = sum(s.shape.num_elements() for s in trainable_specs)
   per_client = sum(s.shape.num_elements() * s.dtype.size for s in leaf_specs)
@@ -112,41 +123,49 @@ def check_state_bytes(num_clients: int, trainable_specs, leaf_specs,
   if total > max_state_bytes:
     slots = per_client / (4 * max(parameters, 1))
     raise ValueError(
-        f'{_BUILDER}: the client optimizer states take {num_clients:,} '
-        f'clients x {slots:.3g} optimizer slots x {parameters:,} parameters '
-        f'= {total:,} bytes, above max_state_bytes={max_state_bytes:,}; they '
-        'live in the TFF state and are broadcast to every client, and a '
-        'driver-side store for large populations is not available yet.')
+      f'{_BUILDER}: the client optimizer states take {num_clients:,} '
+      f'clients x {slots:.3g} optimizer slots x {parameters:,} parameters '
+      f'= {total:,} bytes, above max_state_bytes={max_state_bytes:,}; they '
+      'live in the TFF state and are broadcast to every client, and a '
+      'driver-side store for large populations is not available yet.'
+    )
   return total
 
 
 def _check_counts(num_clients, max_clients):
-  for name, value in (('num_clients', num_clients),
-                      ('max_clients', max_clients)):
-    if (not isinstance(value, (int, np.integer)) or isinstance(value, bool)
-        or value < 1):
-      raise ValueError(f'{_BUILDER}: {name} must be a positive int, got '
-                       f'{value!r}.')
+  for name, value in (
+    ('num_clients', num_clients),
+    ('max_clients', max_clients),
+  ):
+    if (
+      not isinstance(value, (int, np.integer))
+      or isinstance(value, bool)
+      or value < 1
+    ):
+      raise ValueError(
+        f'{_BUILDER}: {name} must be a positive int, got {value!r}.'
+      )
   if num_clients >= identified.MAX_CLIENT_ID:
     raise ValueError(
-        f'{_BUILDER}: num_clients={num_clients} must be below 2**24 (ids '
-        'travel as float32).')
+      f'{_BUILDER}: num_clients={num_clients} must be below 2**24 (ids '
+      'travel as float32).'
+    )
 
 
 def build_stateful_client_work(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    optimizer: tff.learning.optimizers.Optimizer,
-    *,
-    num_clients: int,
-    max_clients: int,
-    client_weighting: tff.learning.ClientWeighting = (
-        tff.learning.ClientWeighting.NUM_EXAMPLES
-    ),
-    metrics_aggregator=None,
-    loop_implementation: tff.learning.LoopImplementation = (
-        tff.learning.LoopImplementation.DATASET_REDUCE
-    ),
-    max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  *,
+  num_clients: int,
+  max_clients: int,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+  metrics_aggregator=None,
+  loop_implementation: tff.learning.LoopImplementation = (
+    tff.learning.LoopImplementation.DATASET_REDUCE
+  ),
+  max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work with per-client optimizer state.
 
@@ -174,70 +193,119 @@ def build_stateful_client_work(
   with_hparams.check_model_fn(model_fn, _BUILDER)
   if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
     raise TypeError(
-        f'{_BUILDER}: the client optimizer must be a tff.learning.optimizers.'
-        f'Optimizer (e.g. tff.learning.optimizers.build_sgdm), got '
-        f'{optimizer!r}.')
+      f'{_BUILDER}: the client optimizer must be a tff.learning.optimizers.'
+      f'Optimizer (e.g. tff.learning.optimizers.build_sgdm), got '
+      f'{optimizer!r}.'
+    )
   _check_counts(num_clients, max_clients)
   if not isinstance(client_weighting, tff.learning.ClientWeighting):
-    raise TypeError(f'{_BUILDER}: client_weighting must be a '
-                    f'tff.learning.ClientWeighting, got {client_weighting!r}.')
+    raise TypeError(
+      f'{_BUILDER}: client_weighting must be a '
+      f'tff.learning.ClientWeighting, got {client_weighting!r}.'
+    )
   trainable_specs, leaf_specs = _leaf_specs(model_fn, optimizer)
   check_state_bytes(num_clients, trainable_specs, leaf_specs, max_state_bytes)
+
   @tff.tensorflow.computation
   def initial_state():
-    return collections.OrderedDict([
-        (HPARAMS, optimizer.get_hparams(optimizer.initialize(
-            tf.TensorSpec([], tf.float32)))),
-        (CLIENT_STATES, tuple(tf.zeros([num_clients] + s.shape.as_list(),
-                                       s.dtype) for s in leaf_specs)),
+    return collections.OrderedDict(
+      [
+        (
+          HPARAMS,
+          optimizer.get_hparams(
+            optimizer.initialize(tf.TensorSpec([], tf.float32))
+          ),
+        ),
+        (
+          CLIENT_STATES,
+          tuple(
+            tf.zeros([num_clients] + s.shape.as_list(), s.dtype)
+            for s in leaf_specs
+          ),
+        ),
         (HAS_STATE, tf.zeros([num_clients], tf.bool)),
-    ])
+      ]
+    )
 
   return _build_process(
-      model_fn, optimizer, initial_state, leaf_specs,
-      client_weighting=client_weighting,
-      loop_implementation=loop_implementation,
-      metrics_aggregator=metrics_aggregator,
-      num_clients=num_clients, max_clients=max_clients)
+    model_fn,
+    optimizer,
+    initial_state,
+    leaf_specs,
+    client_weighting=client_weighting,
+    loop_implementation=loop_implementation,
+    metrics_aggregator=metrics_aggregator,
+    num_clients=num_clients,
+    max_clients=max_clients,
+  )
 
 
 def _row_type(leaf_specs):
   """A client's row: its id and its state leaves, all float32."""
-  return tff.types.to_type(collections.OrderedDict([
-      (identified.CLIENT_ID, tff.TensorType(np.float32)),
-      (ROW_STATE, tuple(tff.TensorType(np.float32, s.shape.as_list())
-                        for s in leaf_specs)),
-  ]))
+  return tff.types.to_type(
+    collections.OrderedDict(
+      [
+        (identified.CLIENT_ID, tff.TensorType(np.float32)),
+        (
+          ROW_STATE,
+          tuple(
+            tff.TensorType(np.float32, s.shape.as_list()) for s in leaf_specs
+          ),
+        ),
+      ]
+    )
+  )
 
 
-def _build_process(model_fn, optimizer, initial_state, leaf_specs, *,
-                   client_weighting, loop_implementation, metrics_aggregator,
-                   num_clients, max_clients):
+def _build_process(
+  model_fn,
+  optimizer,
+  initial_state,
+  leaf_specs,
+  *,
+  client_weighting,
+  loop_implementation,
+  metrics_aggregator,
+  num_clients,
+  max_clients,
+):
   """The `ClientWorkProcess` around the client update and the table write."""
   if metrics_aggregator is None:
     metrics_aggregator = tff.learning.metrics.sum_then_finalize
   with tf.Graph().as_default():
     model = model_fn()
     metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
-  data_type = tff.SequenceType(tff.types.to_type(collections.OrderedDict([
-      (identified.DATA, tff.types.tensorflow_to_type(model.input_spec)),
-      (identified.CLIENT_ID, tff.TensorType(np.int32)),
-  ])))
+  data_type = tff.SequenceType(
+    tff.types.to_type(
+      collections.OrderedDict(
+        [
+          (identified.DATA, tff.types.tensorflow_to_type(model.input_spec)),
+          (identified.CLIENT_ID, tff.TensorType(np.int32)),
+        ]
+      )
+    )
+  )
   weights_type = tff.learning.models.weights_type_from_model(model)
   state_type = initial_state.type_signature.result
   row_type = _row_type(leaf_specs)
   collector = collect.CollectAllFactory(max_clients).create(
-      row_type, tff.TensorType(np.float32))
+    row_type, tff.TensorType(np.float32)
+  )
 
   @tff.tensorflow.computation(state_type, weights_type, data_type)
   def client_update(state, initial_weights, client_data):
-    train = _build_training(model_fn, optimizer, client_weighting,
-                            loop_implementation, num_clients)
-    return train(initial_weights, client_data, state[HPARAMS],
-                 tuple(state[CLIENT_STATES]), state[HAS_STATE])
+    train = _build_training(
+      model_fn, optimizer, client_weighting, loop_implementation, num_clients
+    )
+    return train(
+      initial_weights,
+      client_data,
+      state[HPARAMS],
+      tuple(state[CLIENT_STATES]),
+      state[HAS_STATE],
+    )
 
-  @tff.tensorflow.computation(state_type,
-                               on_collected.collected_type(row_type))
+  @tff.tensorflow.computation(state_type, on_collected.collected_type(row_type))
   def write_rows(state, collected):
     return _write_rows(state, collected, row_type, num_clients)
 
@@ -246,41 +314,52 @@ def _build_process(model_fn, optimizer, initial_state, leaf_specs, *,
     return tff.federated_eval(initial_state, tff.SERVER)
 
   @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
-      tff.FederatedType(data_type, tff.CLIENTS),
+    init_fn.type_signature.result,
+    tff.FederatedType(weights_type, tff.CLIENTS),
+    tff.FederatedType(data_type, tff.CLIENTS),
   )
   def next_fn(state, weights, client_data):
     client_result, outputs, rows, writes = tff.federated_map(
-        client_update, (tff.federated_broadcast(state), weights, client_data))
+      client_update, (tff.federated_broadcast(state), weights, client_data)
+    )
     collected = collector.next(collector.initialize(), rows, writes)
-    new_state, counts = tff.federated_map(
-        write_rows, (state, collected.result))
-    measurements = tff.federated_zip(collections.OrderedDict(
-        train=metrics_aggregation_fn(outputs), client_states=counts))
+    new_state, counts = tff.federated_map(write_rows, (state, collected.result))
+    measurements = tff.federated_zip(
+      collections.OrderedDict(
+        train=metrics_aggregation_fn(outputs), client_states=counts
+      )
+    )
     return tff.templates.MeasuredProcessOutput(
-        new_state, client_result, measurements)
+      new_state, client_result, measurements
+    )
 
   return tff.learning.templates.ClientWorkProcess(
-      init_fn, next_fn, get_hparams_fn=_get_hparams(state_type),
-      set_hparams_fn=_set_hparams(state_type))
+    init_fn,
+    next_fn,
+    get_hparams_fn=_get_hparams(state_type),
+    set_hparams_fn=_set_hparams(state_type),
+  )
 
 
 def _get_hparams(state_type):
   @tff.tensorflow.computation(state_type)
   def get_hparams_fn(state):
     return state[HPARAMS]
+
   return get_hparams_fn
 
 
 def _set_hparams(state_type):
   @tff.tensorflow.computation(state_type, state_type[HPARAMS])
   def set_hparams_fn(state, hparams):
-    return collections.OrderedDict([
+    return collections.OrderedDict(
+      [
         (HPARAMS, hparams),
         (CLIENT_STATES, state[CLIENT_STATES]),
         (HAS_STATE, state[HAS_STATE]),
-    ])
+      ]
+    )
+
   return set_hparams_fn
 
 
@@ -293,37 +372,48 @@ def _write_rows(state, collected, row_type, num_clients):
   rows = collect.unflatten(collected['values'], row_type)
   ids = tf.cast(tf.round(rows[identified.CLIENT_ID]), tf.int32)
   valid = tf.logical_and(
-      tf.logical_and(collected['weights'] > 0,
-                     tf.reduce_all(tf.math.is_finite(collected['values']), 1)),
-      tf.logical_and(ids >= 0, ids < num_clients))
+    tf.logical_and(
+      collected['weights'] > 0,
+      tf.reduce_all(tf.math.is_finite(collected['values']), 1),
+    ),
+    tf.logical_and(ids >= 0, ids < num_clients),
+  )
   index = tf.boolean_mask(ids, valid)[:, tf.newaxis]
 
   def write(table, values):
     values = tf.boolean_mask(values, valid)
     if table.dtype.is_integer:
       values = tf.round(values)
-    return tf.tensor_scatter_nd_update(table, index,
-                                       tf.cast(values, table.dtype))
+    return tf.tensor_scatter_nd_update(
+      table, index, tf.cast(values, table.dtype)
+    )
 
   client_states = tuple(
-      write(table, values)
-      for table, values in zip(state[CLIENT_STATES], rows[ROW_STATE]))
+    write(table, values)
+    for table, values in zip(state[CLIENT_STATES], rows[ROW_STATE])
+  )
   has_state = tf.tensor_scatter_nd_update(
-      state[HAS_STATE], index, tf.ones(tf.shape(index)[:1], tf.bool))
-  new_state = collections.OrderedDict([
+    state[HAS_STATE], index, tf.ones(tf.shape(index)[:1], tf.bool)
+  )
+  new_state = collections.OrderedDict(
+    [
       (HPARAMS, state[HPARAMS]),
       (CLIENT_STATES, client_states),
       (HAS_STATE, has_state),
-  ])
-  counts = collections.OrderedDict([
+    ]
+  )
+  counts = collections.OrderedDict(
+    [
       (ROWS_WRITTEN, tf.shape(index, out_type=tf.int32)[0]),
       (CLIENTS_WITH_STATE, tf.reduce_sum(tf.cast(has_state, tf.int32))),
-  ])
+    ]
+  )
   return new_state, counts
 
 
-def _build_training(model_fn, optimizer, client_weighting,
-                    loop_implementation, num_clients):
+def _build_training(
+  model_fn, optimizer, client_weighting, loop_implementation, num_clients
+):
   """TFF's model-delta local training, starting from the client's state.
 
   The loop, non-finite handling and weights are those of
@@ -344,40 +434,60 @@ def _build_training(model_fn, optimizer, client_weighting,
   def train(initial_weights, data, hparams, table, has_state):
     weights = tff.learning.models.ModelWeights.from_model(model)
     tf.nest.map_structure(lambda a, b: a.assign(b), weights, initial_weights)
-    specs = tuple(tf.TensorSpec(v.shape, v.dtype)
-                  for v in tf.nest.flatten(weights.trainable))
-    start = _start_state(optimizer, specs, hparams, table, has_state,
-                         num_clients)
+    specs = tuple(
+      tf.TensorSpec(v.shape, v.dtype)
+      for v in tf.nest.flatten(weights.trainable)
+    )
+    start = _start_state(
+      optimizer, specs, hparams, table, has_state, num_clients
+    )
 
     def reduce_fn(state, element):
       num_examples, client_id, optimizer_state = state
       optimizer_state = tf.cond(
-          tf.equal(client_id, identified.NO_ID),
-          lambda: start(element[identified.CLIENT_ID]),
-          lambda: optimizer_state)
+        tf.equal(client_id, identified.NO_ID),
+        lambda: start(element[identified.CLIENT_ID]),
+        lambda: optimizer_state,
+      )
       with tf.GradientTape() as tape:
         output = model.forward_pass(element[identified.DATA], training=True)
       gradients = tape.gradient(output.loss, weights.trainable)
       optimizer_state, updated = optimizer.next(
-          optimizer_state,
-          tuple(tf.nest.flatten(weights.trainable)),
-          tuple(tf.nest.flatten(gradients)),
+        optimizer_state,
+        tuple(tf.nest.flatten(weights.trainable)),
+        tuple(tf.nest.flatten(gradients)),
       )
       tf.nest.map_structure(
-          lambda a, b: a.assign(b), weights.trainable,
-          tf.nest.pack_sequence_as(weights.trainable, updated))
-      return (num_examples + batch_size(output),
-              element[identified.CLIENT_ID], optimizer_state)
+        lambda a, b: a.assign(b),
+        weights.trainable,
+        tf.nest.pack_sequence_as(weights.trainable, updated),
+      )
+      return (
+        num_examples + batch_size(output),
+        element[identified.CLIENT_ID],
+        optimizer_state,
+      )
 
     def initial_state():
-      return (tf.constant(0, tf.int64), tf.constant(identified.NO_ID, tf.int32),
-              start(None))
+      return (
+        tf.constant(0, tf.int64),
+        tf.constant(identified.NO_ID, tf.int32),
+        start(None),
+      )
 
     num_examples, client_id, optimizer_state = training_loop(
-        reduce_fn, data, initial_state)
-    return _client_outputs(model, initial_weights, weights, num_examples,
-                           client_id, optimizer, optimizer_state,
-                           client_weighting)
+      reduce_fn, data, initial_state
+    )
+    return _client_outputs(
+      model,
+      initial_weights,
+      weights,
+      num_examples,
+      client_id,
+      optimizer,
+      optimizer_state,
+      client_weighting,
+    )
 
   return train
 
@@ -388,49 +498,74 @@ def _start_state(optimizer, specs, hparams, table, has_state, num_clients):
   `start(None)` is TFF's fresh state; `start(id)` the client's saved leaves
   if it has trained before, else the fresh state; both with `hparams` set.
   """
+
   def fresh():
     return tf.nest.map_structure(
-        tf.convert_to_tensor,
-        optimizer.set_hparams(optimizer.initialize(specs), hparams))
+      tf.convert_to_tensor,
+      optimizer.set_hparams(optimizer.initialize(specs), hparams),
+    )
 
   def saved(client_id):
     leaves = [tf.gather(leaf, client_id) for leaf in table]
-    state = with_client_state_leaves(optimizer, optimizer.initialize(specs),
-                                     leaves)
-    return tf.nest.map_structure(tf.convert_to_tensor,
-                                 optimizer.set_hparams(state, hparams))
+    state = with_client_state_leaves(
+      optimizer, optimizer.initialize(specs), leaves
+    )
+    return tf.nest.map_structure(
+      tf.convert_to_tensor, optimizer.set_hparams(state, hparams)
+    )
 
   def start(client_id):
     if client_id is None:
       return fresh()
-    message = (f'{_BUILDER}: a client id is outside [0, num_clients='
-               f'{num_clients}); pass tff_aggregators.with_client_ids(...).')
-    checks = [tf.debugging.assert_non_negative(client_id, message=message),
-              tf.debugging.assert_less(client_id, num_clients,
-                                       message=message)]
+    message = (
+      f'{_BUILDER}: a client id is outside [0, num_clients='
+      f'{num_clients}); pass tff_aggregators.with_client_ids(...).'
+    )
+    checks = [
+      tf.debugging.assert_non_negative(client_id, message=message),
+      tf.debugging.assert_less(client_id, num_clients, message=message),
+    ]
     with tf.control_dependencies(checks):
       client_id = tf.identity(client_id)
-    return tf.cond(tf.gather(has_state, client_id),
-                   lambda: saved(client_id), fresh)
+    return tf.cond(
+      tf.gather(has_state, client_id), lambda: saved(client_id), fresh
+    )
 
   return start
 
 
-def _client_outputs(model, initial_weights, weights, num_examples, client_id,
-                    optimizer, optimizer_state, client_weighting):
+def _client_outputs(
+  model,
+  initial_weights,
+  weights,
+  num_examples,
+  client_id,
+  optimizer,
+  optimizer_state,
+  client_weighting,
+):
   """(ClientResult, metrics, row, write flag) as TFF's client work gives."""
   delta, weight, non_finite = identified.delta_and_weight(
-      model, initial_weights, weights, num_examples, client_weighting)
-  written = tf.logical_and(tf.equal(non_finite, 0),
-                           tf.not_equal(client_id, identified.NO_ID))
-  row = collections.OrderedDict([
+    model, initial_weights, weights, num_examples, client_weighting
+  )
+  written = tf.logical_and(
+    tf.equal(non_finite, 0), tf.not_equal(client_id, identified.NO_ID)
+  )
+  row = collections.OrderedDict(
+    [
       (identified.CLIENT_ID, tf.cast(client_id, tf.float32)),
-      (ROW_STATE, tuple(tf.cast(leaf, tf.float32) for leaf in
-                        client_state_leaves(optimizer, optimizer_state))),
-  ])
+      (
+        ROW_STATE,
+        tuple(
+          tf.cast(leaf, tf.float32)
+          for leaf in client_state_leaves(optimizer, optimizer_state)
+        ),
+      ),
+    ]
+  )
   return (
-      tff.learning.templates.ClientResult(update=delta, update_weight=weight),
-      model.report_local_unfinalized_metrics(),
-      row,
-      tf.cast(written, tf.float32),
+    tff.learning.templates.ClientResult(update=delta, update_weight=weight),
+    model.report_local_unfinalized_metrics(),
+    row,
+    tf.cast(written, tf.float32),
   )

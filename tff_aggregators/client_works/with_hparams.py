@@ -20,23 +20,25 @@ def check_model_fn(model_fn: Any, builder: str) -> None:
   """Raises `TypeError` unless `model_fn` is a no-arg VariableModel factory."""
   if isinstance(model_fn, tff.learning.models.FunctionalModel):
     raise TypeError(
-        f'{builder} takes a no-arg callable returning a '
-        'tff.learning.models.VariableModel (e.g. lambda: '
-        'tff.learning.models.from_keras_model(...)), not a FunctionalModel: '
-        'its server rule and client work are built on VariableModel.')
+      f'{builder} takes a no-arg callable returning a '
+      'tff.learning.models.VariableModel (e.g. lambda: '
+      'tff.learning.models.from_keras_model(...)), not a FunctionalModel: '
+      'its server rule and client work are built on VariableModel.'
+    )
   if not callable(model_fn):
     raise TypeError(
-        f'{builder} needs model_fn, a no-arg callable returning a '
-        f'tff.learning.models.VariableModel; got {model_fn!r}.')
+      f'{builder} needs model_fn, a no-arg callable returning a '
+      f'tff.learning.models.VariableModel; got {model_fn!r}.'
+    )
 
 
 def build_client_work(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    optimizer: tff.learning.optimizers.Optimizer,
-    client_update_fn: Callable[[Any, Any, Any], Any],
-    *,
-    client_data_type_fn: Callable[[tff.Type], tff.Type] = tff.SequenceType,
-    metrics_aggregator=None,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  client_update_fn: Callable[[Any, Any, Any], Any],
+  *,
+  client_data_type_fn: Callable[[tff.Type], tff.Type] = tff.SequenceType,
+  metrics_aggregator=None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """A `ClientWorkProcess` with `optimizer`'s hyperparameters as its state.
 
@@ -57,8 +59,8 @@ def build_client_work(
   check_model_fn(model_fn, 'This client work')
   if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
     raise TypeError(
-        'The client optimizer must be a tff.learning.optimizers.Optimizer '
-        f'(e.g. tff.learning.optimizers.build_sgdm), got {optimizer!r}.'
+      'The client optimizer must be a tff.learning.optimizers.Optimizer '
+      f'(e.g. tff.learning.optimizers.build_sgdm), got {optimizer!r}.'
     )
   if metrics_aggregator is None:
     metrics_aggregator = tff.learning.metrics.sum_then_finalize
@@ -66,10 +68,11 @@ def build_client_work(
     model = model_fn()
     metrics_aggregation_fn = metrics_aggregator(model.metric_finalizers())
   client_data_type = client_data_type_fn(
-      tff.types.tensorflow_to_type(model.input_spec))
+    tff.types.tensorflow_to_type(model.input_spec)
+  )
   weights_type = tff.learning.models.weights_type_from_model(model)
   initial_hparams = optimizer.get_hparams(
-      optimizer.initialize(tf.TensorSpec([], tf.float32))
+    optimizer.initialize(tf.TensorSpec([], tf.float32))
   )
 
   @tff.federated_computation
@@ -88,27 +91,28 @@ def build_client_work(
     return hparams
 
   client_update = tff.tensorflow.computation(
-      client_update_fn, state_type, weights_type, client_data_type)
+    client_update_fn, state_type, weights_type, client_data_type
+  )
 
   @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(weights_type, tff.CLIENTS),
-      tff.FederatedType(client_data_type, tff.CLIENTS),
+    init_fn.type_signature.result,
+    tff.FederatedType(weights_type, tff.CLIENTS),
+    tff.FederatedType(client_data_type, tff.CLIENTS),
   )
   def next_fn(state, weights, client_data):
     client_result, outputs = tff.federated_map(
-        client_update, (tff.federated_broadcast(state), weights, client_data)
+      client_update, (tff.federated_broadcast(state), weights, client_data)
     )
     measurements = tff.federated_zip(
-        collections.OrderedDict(train=metrics_aggregation_fn(outputs))
+      collections.OrderedDict(train=metrics_aggregation_fn(outputs))
     )
     return tff.templates.MeasuredProcessOutput(
-        state, client_result, measurements
+      state, client_result, measurements
     )
 
   return tff.learning.templates.ClientWorkProcess(
-      init_fn,
-      next_fn,
-      get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn,
+    init_fn,
+    next_fn,
+    get_hparams_fn=get_hparams_fn,
+    set_hparams_fn=set_hparams_fn,
   )

@@ -66,7 +66,7 @@ _COSINE_T_MAX = 100
 
 
 def proxy_arrays(
-    proxy_data: Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]],
+  proxy_data: Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray]:
   """The proxy set as (x, y) arrays, from arrays or a dataset of examples.
 
@@ -80,8 +80,8 @@ def proxy_arrays(
       raise ValueError('The FedLAW proxy dataset is empty.')
     if not isinstance(examples[0], tuple) or len(examples[0]) != 2:
       raise TypeError(
-          'The FedLAW proxy dataset must yield (x, y) examples (unbatched), '
-          f'got elements like {type(examples[0])}.'
+        'The FedLAW proxy dataset must yield (x, y) examples (unbatched), '
+        f'got elements like {type(examples[0])}.'
       )
     x = np.stack([e[0] for e in examples])
     y = np.stack([e[1] for e in examples])
@@ -89,18 +89,16 @@ def proxy_arrays(
     x, y = (np.asarray(a) for a in proxy_data)
   else:
     raise TypeError(
-        'proxy_data must be a tf.data.Dataset of (x, y) examples or a pair '
-        f'of arrays (x, y), got {type(proxy_data)}.'
+      'proxy_data must be a tf.data.Dataset of (x, y) examples or a pair '
+      f'of arrays (x, y), got {type(proxy_data)}.'
     )
   if len(x) == 0:
     raise ValueError(
-        'The FedLAW proxy set is empty: FedLAW learns its weights on it. '
-        "Give it examples, or use variant='fixed_gamma' (no proxy data)."
+      'The FedLAW proxy set is empty: FedLAW learns its weights on it. '
+      "Give it examples, or use variant='fixed_gamma' (no proxy data)."
     )
   if len(x) != len(y):
-    raise ValueError(
-        f'The proxy set has {len(x)} inputs but {len(y)} labels.'
-    )
+    raise ValueError(f'The proxy set has {len(x)} inputs but {len(y)} labels.')
   return x.astype(np.float32), y
 
 
@@ -114,10 +112,10 @@ def check_no_batch_normalization(model_fn: Callable[[], Any]) -> None:
     for layer in keras_model.submodules:
       if isinstance(layer, tf.keras.layers.BatchNormalization):
         raise ValueError(
-            f'FedLAW does not support BatchNormalization (layer '
-            f'{layer.name!r}): its moving statistics would have to be '
-            're-estimated on the server (as the authors\' code does). Use '
-            'GroupNorm or LayerNorm instead.'
+          f'FedLAW does not support BatchNormalization (layer '
+          f'{layer.name!r}): its moving statistics would have to be '
+          "re-estimated on the server (as the authors' code does). Use "
+          'GroupNorm or LayerNorm instead.'
         )
 
 
@@ -137,10 +135,12 @@ def adam_step(x, m, v, grad, k, lr):
   m = _ADAM_BETA_1 * m + (1 - _ADAM_BETA_1) * grad
   v = _ADAM_BETA_2 * v + (1 - _ADAM_BETA_2) * tf.square(grad)
   k64 = tf.cast(k, tf.float64)
-  correction_1 = tf.cast(1 - tf.pow(tf.constant(_ADAM_BETA_1, tf.float64),
-                                    k64), x.dtype)
-  correction_2 = tf.cast(1 - tf.pow(tf.constant(_ADAM_BETA_2, tf.float64),
-                                    k64), x.dtype)
+  correction_1 = tf.cast(
+    1 - tf.pow(tf.constant(_ADAM_BETA_1, tf.float64), k64), x.dtype
+  )
+  correction_2 = tf.cast(
+    1 - tf.pow(tf.constant(_ADAM_BETA_2, tf.float64), k64), x.dtype
+  )
   x = x - lr * (m / correction_1) / (tf.sqrt(v / correction_2) + _ADAM_EPSILON)
   return x, m, v
 
@@ -156,28 +156,27 @@ def _swa_lr(server_lr, epoch):
   cosine = lambda e: server_lr * (1 + tf.cos(math.pi * e / _COSINE_T_MAX)) / 2
   base = cosine(float(_SWA_START_EPOCH))
   k = epoch - _SWA_START_EPOCH
-  a = (1 - tf.cos(math.pi * tf.minimum(k, _SWA_ANNEAL_EPOCHS)
-                  / _SWA_ANNEAL_EPOCHS)) / 2
+  a = (
+    1 - tf.cos(math.pi * tf.minimum(k, _SWA_ANNEAL_EPOCHS) / _SWA_ANNEAL_EPOCHS)
+  ) / 2
   return tf.where(
-      epoch <= _SWA_START_EPOCH, cosine(epoch), _SWA_LR * a + base * (1 - a)
+    epoch <= _SWA_START_EPOCH, cosine(epoch), _SWA_LR * a + base * (1 - a)
   )
 
 
 def build_fedlaw_finalizer(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    model_weights_type: tff.StructType,
-    proxy_data: Optional[
-        Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]]
-    ],
-    *,
-    max_clients: int,
-    variant: str = 'fedlaw',
-    server_epochs: int = 100,
-    server_lr: float = 0.005,
-    proxy_batch_size: int = 128,
-    fixed_gamma: float = 1.0,
-    proxy_loss_fn: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
-    seed: int = 0,
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  model_weights_type: tff.StructType,
+  proxy_data: Optional[Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]]],
+  *,
+  max_clients: int,
+  variant: str = 'fedlaw',
+  server_epochs: int = 100,
+  server_lr: float = 0.005,
+  proxy_batch_size: int = 128,
+  fixed_gamma: float = 1.0,
+  proxy_loss_fn: Optional[Callable[[tf.Tensor, tf.Tensor], tf.Tensor]] = None,
+  seed: int = 0,
 ) -> tff.learning.templates.FinalizerProcess:
   """The FedLAW finalizer; its update is `CollectAllFactory`'s result.
 
@@ -210,14 +209,14 @@ def build_fedlaw_finalizer(
     raise ValueError(f'variant must be one of {VARIANTS}, got {variant!r}.')
   if server_epochs < 0 or proxy_batch_size < 1 or server_lr < 0:
     raise ValueError(
-        'server_epochs >= 0, proxy_batch_size >= 1 and server_lr >= 0 are '
-        f'needed; got {server_epochs}, {proxy_batch_size}, {server_lr}.'
+      'server_epochs >= 0, proxy_batch_size >= 1 and server_lr >= 0 are '
+      f'needed; got {server_epochs}, {proxy_batch_size}, {server_lr}.'
     )
   if variant == 'swa' and server_epochs // 2 <= _SWA_START_EPOCH:
     raise ValueError(
-        'FedLAW(SWA) takes its first snapshot after server epoch '
-        f'{_SWA_START_EPOCH} of stage 1 (server_epochs // 2 epochs): use '
-        f'server_epochs >= {2 * _SWA_START_EPOCH + 2}, got {server_epochs}.'
+      'FedLAW(SWA) takes its first snapshot after server epoch '
+      f'{_SWA_START_EPOCH} of stage 1 (server_epochs // 2 epochs): use '
+      f'server_epochs >= {2 * _SWA_START_EPOCH + 2}, got {server_epochs}.'
     )
   if variant == 'fixed_gamma':
     if not fixed_gamma > 0:
@@ -230,9 +229,9 @@ def build_fedlaw_finalizer(
     check_no_batch_normalization(model_fn)
   if proxy_loss_fn is None:
     proxy_loss_fn = lambda y, logits: tf.reduce_mean(
-        tf.keras.losses.sparse_categorical_crossentropy(
-            y, logits, from_logits=True
-        )
+      tf.keras.losses.sparse_categorical_crossentropy(
+        y, logits, from_logits=True
+      )
     )
   server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
@@ -254,20 +253,24 @@ def build_fedlaw_finalizer(
 
     def shuffled_proxy(epoch):
       """The proxy set (x, y) reshuffled for (seed, round, epoch)."""
-      seed_pair = tf.stack([
-          tf.constant(seed, tf.int64), round_num * 100003 + tf.cast(
-              epoch, tf.int64)
-      ])
-      order = tf.argsort(
-          tf.random.stateless_uniform([num_proxy], seed=seed_pair)
+      seed_pair = tf.stack(
+        [
+          tf.constant(seed, tf.int64),
+          round_num * 100003 + tf.cast(epoch, tf.int64),
+        ]
       )
-      return (tf.gather(tf.constant(x_proxy), order),
-              tf.gather(tf.constant(y_proxy), order))
+      order = tf.argsort(
+        tf.random.stateless_uniform([num_proxy], seed=seed_pair)
+      )
+      return (
+        tf.gather(tf.constant(x_proxy), order),
+        tf.gather(tf.constant(y_proxy), order),
+      )
 
     def proxy_batch(proxy, b):
       """Batch b of `proxy_batch_size` examples (the last may be smaller)."""
       start = b * proxy_batch_size
-      return tuple(t[start:start + proxy_batch_size] for t in proxy)
+      return tuple(t[start : start + proxy_batch_size] for t in proxy)
 
     @tf.function
     def search(rows, p):
@@ -310,8 +313,10 @@ def build_fedlaw_finalizer(
                 loss = proxy_loss_fn(y, model.predict_on_batch(x, True))
               grads = tape.gradient(loss, variables)
             g_flat = collect.flatten(
-                [tf.zeros_like(w) if g is None else g
-                 for g, w in zip(grads, variables)]
+              [
+                tf.zeros_like(w) if g is None else g
+                for g, w in zip(grads, variables)
+              ]
             )
             c = tf.linalg.matvec(rows, g_flat)
             lam = tf.nn.softmax(x_lambda)
@@ -319,11 +324,11 @@ def build_fedlaw_finalizer(
             gamma = tf.exp(x_gamma)
             k += 1.0
             if learn_g:
-              x_gamma, mg, vg = adam_step(x_gamma, mg, vg, gamma * c_bar, k,
-                                          lr)
+              x_gamma, mg, vg = adam_step(x_gamma, mg, vg, gamma * c_bar, k, lr)
             if learn_l:
-              x_lambda, m, v = adam_step(x_lambda, m, v,
-                                         gamma * lam * (c - c_bar), k, lr)
+              x_lambda, m, v = adam_step(
+                x_lambda, m, v, gamma * lam * (c - c_bar), k, lr
+              )
           if swa and epoch >= _SWA_START_EPOCH:
             swa_sum += x_lambda
             swa_count += 1.0
@@ -332,7 +337,7 @@ def build_fedlaw_finalizer(
         return x_gamma, x_lambda
 
       x_gamma0 = tf.constant(
-          float(np.log(fixed_gamma)) if variant == 'fixed_gamma' else 0.0
+        float(np.log(fixed_gamma)) if variant == 'fixed_gamma' else 0.0
       )
       x_lambda0 = tf.math.log(p)
       if num_proxy:
@@ -343,24 +348,40 @@ def build_fedlaw_finalizer(
       if variant == 'swa':
         half = server_epochs // 2
         x_gamma, x_lambda = adam_stage(
-            x_gamma, x_lambda, half, False, True,
-            lambda e: _swa_lr(server_lr, e), True,
+          x_gamma,
+          x_lambda,
+          half,
+          False,
+          True,
+          lambda e: _swa_lr(server_lr, e),
+          True,
         )
         x_gamma, x_lambda = adam_stage(
-            x_gamma, x_lambda, half, True, False,
-            lambda e: _step_lr(server_lr, e), False,
+          x_gamma,
+          x_lambda,
+          half,
+          True,
+          False,
+          lambda e: _step_lr(server_lr, e),
+          False,
         )
       elif server_epochs > 0:
         x_gamma, x_lambda = adam_stage(
-            x_gamma, x_lambda, server_epochs, learn_gamma, learn_lambda,
-            lambda e: _step_lr(server_lr, e), False,
+          x_gamma,
+          x_lambda,
+          server_epochs,
+          learn_gamma,
+          learn_lambda,
+          lambda e: _step_lr(server_lr, e),
+          False,
         )
       gamma = tf.exp(x_gamma)
       lam = tf.nn.softmax(x_lambda)
       if num_proxy:
         loss_after = proxy_loss(combine(x_gamma, x_lambda))
-        ok = tf.reduce_all(tf.math.is_finite(
-            tf.concat([lam, [gamma, loss_after]], 0)))
+        ok = tf.reduce_all(
+          tf.math.is_finite(tf.concat([lam, [gamma, loss_after]], 0))
+        )
       else:
         loss_after = loss_before
         ok = tf.constant(True)
@@ -380,34 +401,38 @@ def build_fedlaw_finalizer(
 
     def without_clients():
       nan = tf.constant(np.nan, tf.float32)
-      return (w, tf.constant(1.0), tf.zeros([0]), nan, nan,
-              tf.constant(0, tf.int32))
+      return (
+        w,
+        tf.constant(1.0),
+        tf.zeros([0]),
+        nan,
+        nan,
+        tf.constant(0, tf.int32),
+      )
 
     new, gamma, lam, before, after, fallback = tf.cond(
-        num_kept > 0, with_clients, without_clients
+      num_kept > 0, with_clients, without_clients
     )
     finite = tf.reduce_all(tf.math.is_finite(new))  # Else keep the model.
     new_weights = collect.unflatten(tf.where(finite, new, w), trainable_type)
     # Each valid client's lambda at its row of the collected cohort.
     positions = tf.boolean_mask(tf.range(tf.shape(valid)[0]), valid)
-    lambda_padded = tf.scatter_nd(
-        positions[:, tf.newaxis], lam, [max_clients]
-    )
+    lambda_padded = tf.scatter_nd(positions[:, tf.newaxis], lam, [max_clients])
     measurements = collections.OrderedDict(
-        gamma=gamma,
-        **{'lambda': lambda_padded},
-        num_clients=num_kept,
-        proxy_loss_before=before,
-        proxy_loss_after=after,
-        fallback=fallback,
-        update_non_finite=1 - tf.cast(finite, tf.int32),
-        num_dropped_clients=tf.shape(valid)[0] - num_kept,
+      gamma=gamma,
+      **{'lambda': lambda_padded},
+      num_clients=num_kept,
+      proxy_loss_before=before,
+      proxy_loss_after=after,
+      fallback=fallback,
+      update_non_finite=1 - tf.cast(finite, tf.int32),
+      num_dropped_clients=tf.shape(valid)[0] - num_kept,
     )
     return round_num + 1, new_weights, measurements
 
   return server_step.build_server_step_finalizer(
-      model_weights_type,
-      on_collected.collected_type(trainable_type),
-      initial_state,
-      step,
+    model_weights_type,
+    on_collected.collected_type(trainable_type),
+    initial_state,
+    step,
   )

@@ -46,7 +46,7 @@ def _variable_name(name: str) -> str:
 
 
 def layer_groups(
-    variable_names: Sequence[str], grouping: str = 'layer'
+  variable_names: Sequence[str], grouping: str = 'layer'
 ) -> list[list[int]]:
   """FedLWS's layers as lists of indices into the trainable variables.
 
@@ -93,9 +93,9 @@ def layer_groups(
 
 
 _NORMALIZATIONS = (
-    tf.keras.layers.BatchNormalization,
-    tf.keras.layers.LayerNormalization,
-    tf.keras.layers.GroupNormalization,
+  tf.keras.layers.BatchNormalization,
+  tf.keras.layers.LayerNormalization,
+  tf.keras.layers.GroupNormalization,
 )
 
 
@@ -133,9 +133,9 @@ def keras_layer_groups(keras_model: tf.keras.Model) -> list[list[int]]:
     if isinstance(layer, _NORMALIZATIONS):
       feeder = _feeding_layer(layer)
       if (
-          feeder is not None
-          and feeder.name in owner
-          and not getattr(feeder, 'use_bias', True)
+        feeder is not None
+        and feeder.name in owner
+        and not getattr(feeder, 'use_bias', True)
       ):
         key = owner[feeder.name]
     owner[layer.name] = key
@@ -144,15 +144,15 @@ def keras_layer_groups(keras_model: tf.keras.Model) -> list[list[int]]:
   covered = sorted(i for g in result for i in g)
   if covered != list(range(len(index))):
     raise ValueError(
-        'Could not assign every trainable variable of the Keras model to a '
-        'layer (nested models?); pass explicit FedLWS groups instead.'
+      'Could not assign every trainable variable of the Keras model to a '
+      'layer (nested models?); pass explicit FedLWS groups instead.'
     )
   return result
 
 
 def model_layer_groups(
-    model_fn: Callable[[], tff.learning.models.VariableModel],
-    grouping: str = 'layer',
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  grouping: str = 'layer',
 ) -> list[list[int]]:
   """FedLWS groups of the model `model_fn` builds (in a scratch graph).
 
@@ -173,13 +173,13 @@ def model_layer_groups(
 
 
 def shrink_factors(
-    weight_norms: tf.Tensor,
-    step_norms: tf.Tensor,
-    tau: tf.Tensor,
-    *,
-    beta: Union[float, tf.Tensor],
-    tau_clip: Optional[tuple[float, float]],
-    num_clients: tf.Tensor,
+  weight_norms: tf.Tensor,
+  step_norms: tf.Tensor,
+  tau: tf.Tensor,
+  *,
+  beta: Union[float, tf.Tensor],
+  tau_clip: Optional[tuple[float, float]],
+  num_clients: tf.Tensor,
 ) -> tuple[tf.Tensor, tf.Tensor]:
   """(gamma [L], b [L]) of Eq. 8 with the guards of the module docstring."""
   b = beta * tau
@@ -188,19 +188,19 @@ def shrink_factors(
   denominator = weight_norms + b * step_norms
   gamma = tf.math.divide_no_nan(weight_norms, denominator)
   valid = tf.logical_and(
-      tf.logical_and(weight_norms > 0, denominator > _TINY),
-      tf.logical_and(tf.math.is_finite(gamma), num_clients > 0),
+    tf.logical_and(weight_norms > 0, denominator > _TINY),
+    tf.logical_and(tf.math.is_finite(gamma), num_clients > 0),
   )
   return tf.where(valid, gamma, tf.ones_like(gamma)), b
 
 
 def build_fedlws_finalizer(
-    server_optimizer: tff.learning.optimizers.Optimizer,
-    model_weights_type: tff.StructType,
-    *,
-    groups: Sequence[Sequence[int]],
-    beta: float,
-    tau_clip: Optional[tuple[float, float]] = None,
+  server_optimizer: tff.learning.optimizers.Optimizer,
+  model_weights_type: tff.StructType,
+  *,
+  groups: Sequence[Sequence[int]],
+  beta: float,
+  tau_clip: Optional[tuple[float, float]] = None,
 ) -> tff.learning.templates.FinalizerProcess:
   """A finalizer: server optimizer step, then FedLWS's layer-wise shrink.
 
@@ -225,8 +225,9 @@ def build_fedlws_finalizer(
   if tau_clip is not None:
     low, high = tau_clip
     if not 0 <= low <= high:
-      raise ValueError(f'tau_clip must be (low, high), 0 <= low <= high; '
-                       f'got {tau_clip}.')
+      raise ValueError(
+        f'tau_clip must be (low, high), 0 <= low <= high; got {tau_clip}.'
+      )
     tau_clip = (float(low), float(high))
   server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
@@ -234,33 +235,37 @@ def build_fedlws_finalizer(
   groups = [list(g) for g in groups]
   fedlws_stats.check_groups(groups, num_leaves)
   update_type = tff.types.to_type(
-      collections.OrderedDict(
-          mean_update=trainable_type,
-          tau=tff.TensorType(np.float32, [len(groups)]),
-          num_clients=tff.TensorType(np.float32),
-      )
+    collections.OrderedDict(
+      mean_update=trainable_type,
+      tau=tff.TensorType(np.float32, [len(groups)]),
+      num_clients=tff.TensorType(np.float32),
+    )
   )
 
   def initial_state():
     specs = tff.types.type_to_tf_tensor_specs(trainable_type)
     return collections.OrderedDict(
-        optimizer=server_optimizer.initialize(specs),
-        beta=tf.constant(beta, tf.float32),
+      optimizer=server_optimizer.initialize(specs),
+      beta=tf.constant(beta, tf.float32),
     )
 
   def step(state, weights, stats):
     optimizer_state, stepped = server_optimizer.next(
-        state['optimizer'], weights, stats['mean_update']
+      state['optimizer'], weights, stats['mean_update']
     )
     old = tf.nest.flatten(weights)
     new = tf.nest.flatten(stepped)
     weight_norms = fedlws_stats.group_norms(old, groups)
     step_norms = fedlws_stats.group_norms(
-        [n - o for n, o in zip(new, old)], groups
+      [n - o for n, o in zip(new, old)], groups
     )
     gamma, b = shrink_factors(
-        weight_norms, step_norms, stats['tau'], beta=state['beta'],
-        tau_clip=tau_clip, num_clients=stats['num_clients'],
+      weight_norms,
+      step_norms,
+      stats['tau'],
+      beta=state['beta'],
+      tau_clip=tau_clip,
+      num_clients=stats['num_clients'],
     )
     shrunk = list(new)
     for l, group in enumerate(groups):
@@ -268,30 +273,34 @@ def build_fedlws_finalizer(
         shrunk[i] = new[i] * tf.cast(gamma[l], new[i].dtype)
     # An overflowing step (inf norms: gamma 0) is rejected like a NaN one.
     finite = server_step.all_finite(
-        shrunk, new, weight_norms, step_norms, stats['mean_update'],
-        optimizer_state,
+      shrunk,
+      new,
+      weight_norms,
+      step_norms,
+      stats['mean_update'],
+      optimizer_state,
     )
     shrunk = tf.nest.pack_sequence_as(weights, shrunk)
     new_state = collections.OrderedDict(
-        optimizer=optimizer_state, beta=state['beta']
+      optimizer=optimizer_state, beta=state['beta']
     )
     measurements = collections.OrderedDict(
-        gamma=gamma,
-        tau=stats['tau'],
-        b=b,
-        step_norm=step_norms,
-        weight_norm=weight_norms,
-        update_non_finite=1 - tf.cast(finite, tf.int32),
+      gamma=gamma,
+      tau=stats['tau'],
+      b=b,
+      step_norm=step_norms,
+      weight_norm=weight_norms,
+      update_non_finite=1 - tf.cast(finite, tf.int32),
     )
     return (
-        server_step.keep_unless(finite, new_state, state),
-        server_step.keep_unless(finite, shrunk, weights),
-        measurements,
+      server_step.keep_unless(finite, new_state, state),
+      server_step.keep_unless(finite, shrunk, weights),
+      measurements,
     )
 
   def get_hparams(state):
     hparams = collections.OrderedDict(
-        server_optimizer.get_hparams(state['optimizer'])
+      server_optimizer.get_hparams(state['optimizer'])
     )
     hparams['beta'] = state['beta']
     return hparams
@@ -300,15 +309,15 @@ def build_fedlws_finalizer(
     hparams = collections.OrderedDict(hparams)
     beta_value = hparams.pop('beta')
     return collections.OrderedDict(
-        optimizer=server_optimizer.set_hparams(state['optimizer'], hparams),
-        beta=beta_value,
+      optimizer=server_optimizer.set_hparams(state['optimizer'], hparams),
+      beta=beta_value,
     )
 
   return server_step.build_server_step_finalizer(
-      model_weights_type,
-      update_type,
-      initial_state,
-      step,
-      get_hparams=get_hparams,
-      set_hparams=set_hparams,
+    model_weights_type,
+    update_type,
+    initial_state,
+    step,
+    get_hparams=get_hparams,
+    set_hparams=set_hparams,
   )

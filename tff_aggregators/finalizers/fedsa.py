@@ -43,7 +43,10 @@ from tff_aggregators.finalizers import server_step
 
 ALPHA_NORMALIZATIONS = ('sum_to_one', 'literal')
 MIC_NORMALIZATIONS = (
-    'per_coordinate_minmax', 'per_tensor_minmax', 'quantile', 'raw'
+  'per_coordinate_minmax',
+  'per_tensor_minmax',
+  'quantile',
+  'raw',
 )
 ZERO_MEAN_POLICIES = ('inf_is_high', 'epsilon')
 LATE_JOIN_MODES = ('greedy_update', 'frozen')
@@ -53,10 +56,10 @@ _EPSILON = 1e-12
 
 
 def greedy_macro_classes(
-    sim: tf.Tensor,
-    max_clusters: int,
-    sim_threshold: float,
-    late_join_mode: str = 'greedy_update',
+  sim: tf.Tensor,
+  max_clusters: int,
+  sim_threshold: float,
+  late_join_mode: str = 'greedy_update',
 ) -> tf.Tensor:
   """GREEDY_MAC (Steps 1-3): int32 [K], a cluster id or -1 (unclustered).
 
@@ -77,7 +80,7 @@ def greedy_macro_classes(
   def body(assign, num_clusters, done, snapshot, taken):
     free = tf.equal(assign, _UNASSIGNED)
     pairs = tf.where(
-        tf.logical_and(upper, free[:, None] & free[None, :]), sim, neg_inf
+      tf.logical_and(upper, free[:, None] & free[None, :]), sim, neg_inf
     )
     best_pair = tf.argmax(tf.reshape(pairs, [-1]), output_type=tf.int32)
     bp = tf.reduce_max(pairs)
@@ -85,16 +88,13 @@ def greedy_macro_classes(
     under_cap = num_clusters < max_clusters
     members = tf.transpose(tf.one_hot(assign, max_clusters))  # [S, K]
     if frozen:  # The clusters as they were when the cap was reached.
-      snapshot = tf.where(
-          tf.logical_or(under_cap, taken), snapshot, members)
+      snapshot = tf.where(tf.logical_or(under_cap, taken), snapshot, members)
       taken = tf.logical_or(taken, tf.logical_not(under_cap))
       members = tf.where(under_cap, members, snapshot)
     size = tf.reduce_sum(members, axis=1)
-    csim = tf.math.divide_no_nan(
-        tf.linalg.matmul(members, sim), size[:, None]
-    )
+    csim = tf.math.divide_no_nan(tf.linalg.matmul(members, sim), size[:, None])
     joins = tf.where(
-        tf.logical_and(size[:, None] > 0, free[None, :]), csim, neg_inf
+      tf.logical_and(size[:, None] > 0, free[None, :]), csim, neg_inf
     )
     best_join = tf.argmax(tf.reshape(joins, [-1]), output_type=tf.int32)
     bj = tf.reduce_max(joins)
@@ -103,32 +103,42 @@ def greedy_macro_classes(
     join = tf.where(under_cap, bj >= bp, bj > sim_threshold)
     join = tf.logical_and(join, tf.logical_not(nothing))
     open_pair = tf.logical_and(
-        under_cap, tf.logical_and(tf.logical_not(join), tf.logical_not(nothing))
+      under_cap, tf.logical_and(tf.logical_not(join), tf.logical_not(nothing))
     )
     stop = tf.logical_not(tf.logical_or(join, open_pair))
     index = tf.range(k)
     assign = tf.where(tf.logical_and(join, tf.equal(index, u)), s, assign)
     assign = tf.where(
-        tf.logical_and(
-            open_pair, tf.logical_or(tf.equal(index, a), tf.equal(index, b))
-        ),
-        num_clusters,
-        assign,
+      tf.logical_and(
+        open_pair, tf.logical_or(tf.equal(index, a), tf.equal(index, b))
+      ),
+      num_clusters,
+      assign,
     )
     assign = tf.where(tf.logical_and(stop, free), _UNCLUSTERED, assign)
-    return (assign, num_clusters + tf.cast(open_pair, tf.int32), stop,
-            snapshot, taken)
+    return (
+      assign,
+      num_clusters + tf.cast(open_pair, tf.int32),
+      stop,
+      snapshot,
+      taken,
+    )
 
   def cond(assign, unused_num_clusters, done, unused_snapshot, unused_taken):
     return tf.logical_and(
-        tf.logical_not(done), tf.reduce_any(tf.equal(assign, _UNASSIGNED))
+      tf.logical_not(done), tf.reduce_any(tf.equal(assign, _UNASSIGNED))
     )
 
   assign, _, _, _, _ = tf.while_loop(
-      cond,
-      body,
-      (tf.fill([k], _UNASSIGNED), tf.constant(0), tf.constant(False),
-       tf.zeros([max_clusters, k]), tf.constant(False)),
+    cond,
+    body,
+    (
+      tf.fill([k], _UNASSIGNED),
+      tf.constant(0),
+      tf.constant(False),
+      tf.zeros([max_clusters, k]),
+      tf.constant(False),
+    ),
   )
   return assign
 
@@ -139,14 +149,14 @@ def _weighted_mean(values: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
 
 
 def tensor_statistics(
-    x: tf.Tensor,
-    client_weights: tf.Tensor,
-    *,
-    cv_threshold: float,
-    num_categories: int,
-    mic_normalization: str,
-    mic_scale: float,
-    zero_mean_policy: str,
+  x: tf.Tensor,
+  client_weights: tf.Tensor,
+  *,
+  cv_threshold: float,
+  num_categories: int,
+  mic_normalization: str,
+  mic_scale: float,
+  zero_mean_policy: str,
 ) -> dict[str, tf.Tensor]:
   """Eqs. 2-9 for one tensor x [K, M]; client_weights [K] sum to 1.
 
@@ -161,19 +171,21 @@ def tensor_statistics(
     cv = sigma / tf.maximum(tf.abs(mu), _EPSILON)
   else:
     cv = tf.where(
-        tf.equal(sigma, 0.0),
-        0.0,
-        tf.where(tf.equal(mu, 0.0), inf, sigma / tf.abs(mu)),
+      tf.equal(sigma, 0.0),
+      0.0,
+      tf.where(tf.equal(mu, 0.0), inf, sigma / tf.abs(mu)),
     )
   finite = tf.math.is_finite(cv)
   finite_cv = tf.boolean_mask(cv, finite)
   has_finite = tf.size(finite_cv) > 0
   low = tf.where(
-      has_finite, tf.reduce_min(tf.concat([finite_cv, [inf]], 0)), 0.0)
+    has_finite, tf.reduce_min(tf.concat([finite_cv, [inf]], 0)), 0.0
+  )
   high = tf.where(
-      has_finite, tf.reduce_max(tf.concat([finite_cv, [-inf]], 0)), 0.0)
+    has_finite, tf.reduce_max(tf.concat([finite_cv, [-inf]], 0)), 0.0
+  )
   cv_normalized = tf.where(
-      finite, tf.math.divide_no_nan(cv - low, high - low), 1.0
+    finite, tf.math.divide_no_nan(cv - low, high - low), 1.0
   )
   high_index = tf.where(cv_normalized > cv_threshold)[:, 0]
   x_high = tf.gather(x, high_index, axis=1)
@@ -181,8 +193,8 @@ def tensor_statistics(
   if mic_normalization == 'quantile':
     # Equal-mass bins: the rank of each client's deviation at a coordinate.
     ranks = tf.cast(
-        tf.argsort(tf.argsort(d_high, axis=0, stable=True), axis=0),
-        tf.float32,
+      tf.argsort(tf.argsort(d_high, axis=0, stable=True), axis=0),
+      tf.float32,
     )
     k = tf.cast(tf.shape(x)[0], tf.float32)
     category = tf.cast(tf.floor(ranks * num_categories / k), tf.int32) + 1
@@ -197,26 +209,30 @@ def tensor_statistics(
     category = tf.cast(tf.math.ceil(num_categories * scaled), tf.int32)
   category = tf.clip_by_value(category, 1, num_categories) - 1  # 0-based
   return dict(
-      mu=mu, high_index=high_index, x_high=x_high,
-      mic=tf.one_hot(category, num_categories),
+    mu=mu,
+    high_index=high_index,
+    x_high=x_high,
+    mic=tf.one_hot(category, num_categories),
   )
 
 
 def agreement(mic: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
   """(same-category counts [K, K], number of high coordinates) of Eq. 10."""
-  return (tf.einsum('kmc,lmc->kl', mic, mic),
-          tf.cast(tf.shape(mic)[1], tf.float32))
+  return (
+    tf.einsum('kmc,lmc->kl', mic, mic),
+    tf.cast(tf.shape(mic)[1], tf.float32),
+  )
 
 
 def aggregate_high(
-    stats: dict[str, tf.Tensor],
-    assign: tf.Tensor,
-    client_weights: tf.Tensor,
-    *,
-    num_categories: int,
-    max_clusters: int,
-    alpha_normalization: str,
-    weighted_mean: bool,
+  stats: dict[str, tf.Tensor],
+  assign: tf.Tensor,
+  client_weights: tf.Tensor,
+  *,
+  num_categories: int,
+  max_clusters: int,
+  alpha_normalization: str,
+  weighted_mean: bool,
 ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
   """Eqs. 11-15: the tensor with its high coordinates from the clusters."""
   mu, high_index = stats['mu'], stats['high_index']
@@ -226,47 +242,48 @@ def aggregate_high(
   macro = tf.argmax(counts, axis=-1, output_type=tf.int32)  # [S, Mh]
   occurrences = tf.reduce_sum(tf.one_hot(macro, num_categories), axis=1)
   alpha = tf.gather(occurrences, macro, batch_dims=1) / float(
-      max_clusters * num_categories
+    max_clusters * num_categories
   )
   alpha = tf.where(size[:, None] > 0, alpha, 0.0)
   if alpha_normalization == 'sum_to_one':
     alpha = tf.math.divide_no_nan(alpha, tf.reduce_sum(alpha, axis=0))
   mass = members * client_weights[None, :] if weighted_mean else members
   cluster_means = tf.math.divide_no_nan(
-      tf.linalg.matmul(mass, stats['x_high']),
-      tf.reduce_sum(mass, axis=1)[:, None],
+    tf.linalg.matmul(mass, stats['x_high']),
+    tf.reduce_sum(mass, axis=1)[:, None],
   )
   out_high = tf.where(
-      tf.reduce_any(size > 0),
-      tf.reduce_sum(alpha * cluster_means, axis=0),
-      tf.gather(mu, high_index),
+    tf.reduce_any(size > 0),
+    tf.reduce_sum(alpha * cluster_means, axis=0),
+    tf.gather(mu, high_index),
   )
   out = tf.tensor_scatter_nd_update(mu, high_index[:, None], out_high)
   diagnostics = dict(
-      high_fraction=tf.cast(tf.size(high_index), tf.float32)
-      / tf.cast(tf.size(mu), tf.float32),
-      clusters=tf.reduce_sum(tf.cast(size > 0, tf.int32)),
-      unclustered=tf.reduce_sum(
-          tf.cast(tf.equal(assign, _UNCLUSTERED), tf.int32)),
+    high_fraction=tf.cast(tf.size(high_index), tf.float32)
+    / tf.cast(tf.size(mu), tf.float32),
+    clusters=tf.reduce_sum(tf.cast(size > 0, tf.int32)),
+    unclustered=tf.reduce_sum(
+      tf.cast(tf.equal(assign, _UNCLUSTERED), tf.int32)
+    ),
   )
   return out, diagnostics
 
 
 def fedsa(
-    tensors: list[tf.Tensor],
-    client_weights: tf.Tensor,
-    *,
-    cv_threshold: float = 0.2,
-    sim_threshold: float = 0.2,
-    num_categories: int = 4,
-    max_clusters: int = 4,
-    alpha_normalization: str = 'sum_to_one',
-    mic_normalization: str = 'per_coordinate_minmax',
-    mic_scale: float = 4.0,
-    zero_mean_policy: str = 'inf_is_high',
-    weighted_mean: bool = False,
-    late_join_mode: str = 'greedy_update',
-    cluster_scope: str = 'per_tensor',
+  tensors: list[tf.Tensor],
+  client_weights: tf.Tensor,
+  *,
+  cv_threshold: float = 0.2,
+  sim_threshold: float = 0.2,
+  num_categories: int = 4,
+  max_clusters: int = 4,
+  alpha_normalization: str = 'sum_to_one',
+  mic_normalization: str = 'per_coordinate_minmax',
+  mic_scale: float = 4.0,
+  zero_mean_policy: str = 'inf_is_high',
+  weighted_mean: bool = False,
+  late_join_mode: str = 'greedy_update',
+  cluster_scope: str = 'per_tensor',
 ) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
   """FedSA over client models: tensors[j] is float32 [K, M_j], K >= 1.
 
@@ -275,31 +292,44 @@ def fedsa(
   diagnostics (`high_fraction`, `clusters`, `unclustered`, stacked [J]).
   """
   k = tf.shape(tensors[0])[0]
-  weights = (client_weights / tf.reduce_sum(client_weights) if weighted_mean
-             else tf.ones([k]) / tf.cast(k, tf.float32))
+  weights = (
+    client_weights / tf.reduce_sum(client_weights)
+    if weighted_mean
+    else tf.ones([k]) / tf.cast(k, tf.float32)
+  )
   stats = [
-      tensor_statistics(
-          x, weights, cv_threshold=cv_threshold,
-          num_categories=num_categories, mic_normalization=mic_normalization,
-          mic_scale=mic_scale, zero_mean_policy=zero_mean_policy,
-      )
-      for x in tensors
+    tensor_statistics(
+      x,
+      weights,
+      cv_threshold=cv_threshold,
+      num_categories=num_categories,
+      mic_normalization=mic_normalization,
+      mic_scale=mic_scale,
+      zero_mean_policy=zero_mean_policy,
+    )
+    for x in tensors
   ]
   cluster = lambda sim: greedy_macro_classes(
-      sim, max_clusters, sim_threshold, late_join_mode)
+    sim, max_clusters, sim_threshold, late_join_mode
+  )
   if cluster_scope == 'global':  # One clustering on all high coordinates.
     same, num_high = zip(*[agreement(st['mic']) for st in stats])
     assign = cluster(tf.math.divide_no_nan(tf.add_n(same), tf.add_n(num_high)))
     assigns = [assign] * len(stats)
   else:
-    assigns = [cluster(tf.math.divide_no_nan(*agreement(st['mic'])))
-               for st in stats]
+    assigns = [
+      cluster(tf.math.divide_no_nan(*agreement(st['mic']))) for st in stats
+    ]
   outputs, diagnostics = [], collections.defaultdict(list)
   for st, assign in zip(stats, assigns):
     out, diag = aggregate_high(
-        st, assign, weights, num_categories=num_categories,
-        max_clusters=max_clusters, alpha_normalization=alpha_normalization,
-        weighted_mean=weighted_mean,
+      st,
+      assign,
+      weights,
+      num_categories=num_categories,
+      max_clusters=max_clusters,
+      alpha_normalization=alpha_normalization,
+      weighted_mean=weighted_mean,
     )
     outputs.append(out)
     for key, value in diag.items():
@@ -314,8 +344,8 @@ def fedsa_tensor(x: tf.Tensor, **options) -> tuple[tf.Tensor, dict]:
 
 
 def build_fedsa_finalizer(
-    model_weights_type: tff.StructType,
-    **options,
+  model_weights_type: tff.StructType,
+  **options,
 ) -> tff.learning.templates.FinalizerProcess:
   """The FedSA finalizer; its update is `CollectAllFactory`'s result.
 
@@ -344,36 +374,45 @@ def build_fedsa_finalizer(
     ValueError: On an unknown option or value.
   """
   choices = dict(
-      alpha_normalization=ALPHA_NORMALIZATIONS,
-      mic_normalization=MIC_NORMALIZATIONS,
-      zero_mean_policy=ZERO_MEAN_POLICIES,
-      late_join_mode=LATE_JOIN_MODES,
-      cluster_scope=CLUSTER_SCOPES,
+    alpha_normalization=ALPHA_NORMALIZATIONS,
+    mic_normalization=MIC_NORMALIZATIONS,
+    zero_mean_policy=ZERO_MEAN_POLICIES,
+    late_join_mode=LATE_JOIN_MODES,
+    cluster_scope=CLUSTER_SCOPES,
   )
   known = set(choices) | {
-      'cv_threshold', 'sim_threshold', 'num_categories', 'max_clusters',
-      'mic_scale', 'weighted_mean'}
+    'cv_threshold',
+    'sim_threshold',
+    'num_categories',
+    'max_clusters',
+    'mic_scale',
+    'weighted_mean',
+  }
   unknown = set(options) - known
   if unknown:
-    raise ValueError(f'Unknown FedSA options {sorted(unknown)}; known: '
-                     f'{sorted(known)}.')
+    raise ValueError(
+      f'Unknown FedSA options {sorted(unknown)}; known: {sorted(known)}.'
+    )
   for name, allowed in choices.items():
     if name in options and options[name] not in allowed:
-      raise ValueError(f'{name} must be one of {allowed}, got '
-                       f'{options[name]!r}.')
-  if options.get('num_categories', 4) < 1 or options.get('max_clusters',
-                                                          4) < 1:
-    raise ValueError('num_categories and max_clusters must be >= 1, got '
-                     f'{options.get("num_categories")}, '
-                     f'{options.get("max_clusters")}.')
+      raise ValueError(
+        f'{name} must be one of {allowed}, got {options[name]!r}.'
+      )
+  if options.get('num_categories', 4) < 1 or options.get('max_clusters', 4) < 1:
+    raise ValueError(
+      'num_categories and max_clusters must be >= 1, got '
+      f'{options.get("num_categories")}, '
+      f'{options.get("max_clusters")}.'
+    )
   for name in ('cv_threshold', 'sim_threshold'):
     if not 0 <= options.get(name, 0.2) <= 1:
       raise ValueError(f'{name} must be in [0, 1], got {options[name]}.')
 
   server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
-  sizes = [value_types.num_elements(t)
-           for t in value_types.leaf_types(trainable_type)]
+  sizes = [
+    value_types.num_elements(t) for t in value_types.leaf_types(trainable_type)
+  ]
 
   def initial_state():
     return ()
@@ -381,7 +420,8 @@ def build_fedsa_finalizer(
   def step(state, weights, collected):
     w = collect.flatten(weights)
     models, client_weights, valid = on_collected.valid_client_models(
-        w, collected)
+      w, collected
+    )
     # A canonical client order, so that ties resolve the same whatever
     # order the clients arrive in (several TFF workers).
     projection = tf.random.stateless_uniform(tf.shape(w), seed=[0, 0])
@@ -392,34 +432,38 @@ def build_fedsa_finalizer(
 
     def aggregate():
       outputs, diagnostics = fedsa(
-          tf.split(models, sizes, axis=1), client_weights, **options)
+        tf.split(models, sizes, axis=1), client_weights, **options
+      )
       return tf.concat(outputs, 0), diagnostics
 
     def keep():
       n = len(sizes)
-      return w, dict(high_fraction=tf.zeros([n]),
-                     clusters=tf.zeros([n], tf.int32),
-                     unclustered=tf.zeros([n], tf.int32))
+      return w, dict(
+        high_fraction=tf.zeros([n]),
+        clusters=tf.zeros([n], tf.int32),
+        unclustered=tf.zeros([n], tf.int32),
+      )
 
     new, diagnostics = tf.cond(num_clients > 0, aggregate, keep)
     finite = tf.reduce_all(tf.math.is_finite(new))  # Else keep the model.
     new = tf.where(finite, new, w)
     high_coordinates = tf.reduce_sum(
-        diagnostics['high_fraction'] * tf.constant(sizes, tf.float32))
+      diagnostics['high_fraction'] * tf.constant(sizes, tf.float32)
+    )
     measurements = collections.OrderedDict(
-        num_clients=num_clients,
-        high_fraction_overall=high_coordinates / float(sum(sizes)),
-        high_fraction=diagnostics['high_fraction'],
-        clusters=diagnostics['clusters'],
-        unclustered=diagnostics['unclustered'],
-        update_non_finite=1 - tf.cast(finite, tf.int32),
-        num_dropped_clients=tf.shape(valid)[0] - num_clients,
+      num_clients=num_clients,
+      high_fraction_overall=high_coordinates / float(sum(sizes)),
+      high_fraction=diagnostics['high_fraction'],
+      clusters=diagnostics['clusters'],
+      unclustered=diagnostics['unclustered'],
+      update_non_finite=1 - tf.cast(finite, tf.int32),
+      num_dropped_clients=tf.shape(valid)[0] - num_clients,
     )
     return state, collect.unflatten(new, trainable_type), measurements
 
   return server_step.build_server_step_finalizer(
-      model_weights_type,
-      on_collected.collected_type(trainable_type),
-      initial_state,
-      step,
+    model_weights_type,
+    on_collected.collected_type(trainable_type),
+    initial_state,
+    step,
   )

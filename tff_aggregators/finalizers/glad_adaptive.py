@@ -37,8 +37,8 @@ optimizer_kind = tff_compat.optimizer_kind
 
 
 def build_glad_adaptive_finalizer(
-    optimizer: tff.learning.optimizers.Optimizer,
-    model_weights_type: tff.StructType,
+  optimizer: tff.learning.optimizers.Optimizer,
+  model_weights_type: tff.StructType,
 ) -> tff.learning.templates.FinalizerProcess:
   """A finalizer applying FedGLAD's scaled-first-moment Adam or Yogi step.
 
@@ -62,19 +62,19 @@ def build_glad_adaptive_finalizer(
   kind = optimizer_kind(optimizer)
   if kind not in ADAPTIVE_KINDS:
     raise TypeError(
-        'build_glad_adaptive_finalizer needs tff.learning.optimizers.'
-        f'build_adam or build_yogi, got {optimizer!r}. SGD and momentum '
-        'servers take the scaled update directly (FedGladFactory with '
-        "emit='scaled_update')."
+      'build_glad_adaptive_finalizer needs tff.learning.optimizers.'
+      f'build_adam or build_yogi, got {optimizer!r}. SGD and momentum '
+      'servers take the scaled update directly (FedGladFactory with '
+      "emit='scaled_update')."
     )
   server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
   num_leaves = len(value_types.leaf_types(trainable_type))
   update_type = tff.types.to_type(
-      collections.OrderedDict(
-          update=trainable_type,
-          multipliers=tff.TensorType(np.float32, [num_leaves]),
-      )
+    collections.OrderedDict(
+      update=trainable_type,
+      multipliers=tff.TensorType(np.float32, [num_leaves]),
+    )
   )
 
   def initial_state():
@@ -87,20 +87,20 @@ def build_glad_adaptive_finalizer(
     epsilon = state['epsilon']
     n = state['step'] + 1
     normalized_lr = (
-        lr
-        * tf.math.sqrt(1.0 - tf.math.pow(beta_2, tf.cast(n, tf.float32)))
-        / (1.0 - tf.math.pow(beta_1, tf.cast(n, tf.float32)))
+      lr
+      * tf.math.sqrt(1.0 - tf.math.pow(beta_2, tf.cast(n, tf.float32)))
+      / (1.0 - tf.math.pow(beta_1, tf.cast(n, tf.float32)))
     )
     gradients = tf.nest.flatten(glad_update['update'])
     multipliers = glad_update['multipliers']
     new_weights, new_m, new_v = [], [], []
     for i, (w, m, v, g) in enumerate(
-        zip(
-            tf.nest.flatten(weights),
-            tf.nest.flatten(state['accumulator']),
-            tf.nest.flatten(state['preconditioner']),
-            gradients,
-        )
+      zip(
+        tf.nest.flatten(weights),
+        tf.nest.flatten(state['accumulator']),
+        tf.nest.flatten(state['preconditioner']),
+        gradients,
+      )
     ):
       scaled = g * tf.cast(multipliers[i], g.dtype)
       m = m + (scaled - m) * (1.0 - tf.cast(beta_1, m.dtype))
@@ -110,7 +110,7 @@ def build_glad_adaptive_finalizer(
         g2 = tf.math.square(g)
         v = v + (1 - tf.cast(beta_2, g.dtype)) * tf.sign(g2 - v) * g2
       w = w - tf.cast(normalized_lr, m.dtype) * m / (
-          tf.math.sqrt(v) + tf.cast(epsilon, v.dtype)
+        tf.math.sqrt(v) + tf.cast(epsilon, v.dtype)
       )
       new_weights.append(w)
       new_m.append(m)
@@ -120,26 +120,26 @@ def build_glad_adaptive_finalizer(
     new_state = collections.OrderedDict(state)
     new_state['step'] = n
     new_state['accumulator'] = tf.nest.pack_sequence_as(
-        state['accumulator'], new_m
+      state['accumulator'], new_m
     )
     new_state['preconditioner'] = tf.nest.pack_sequence_as(
-        state['preconditioner'], new_v
+      state['preconditioner'], new_v
     )
     new_weights = tf.nest.pack_sequence_as(weights, new_weights)
     measurements = collections.OrderedDict(
-        update_non_finite=1 - tf.cast(finite, tf.int32)
+      update_non_finite=1 - tf.cast(finite, tf.int32)
     )
     return (
-        server_step.keep_unless(finite, new_state, state),
-        server_step.keep_unless(finite, new_weights, weights),
-        measurements,
+      server_step.keep_unless(finite, new_state, state),
+      server_step.keep_unless(finite, new_weights, weights),
+      measurements,
     )
 
   return server_step.build_server_step_finalizer(
-      model_weights_type,
-      update_type,
-      initial_state,
-      step,
-      get_hparams=optimizer.get_hparams,
-      set_hparams=optimizer.set_hparams,
+    model_weights_type,
+    update_type,
+    initial_state,
+    step,
+    get_hparams=optimizer.get_hparams,
+    set_hparams=optimizer.set_hparams,
   )

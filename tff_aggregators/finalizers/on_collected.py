@@ -19,16 +19,15 @@ from tff_aggregators.aggregators import collect
 def collected_type(value_type: Any) -> tff.Type:
   """The type of `CollectAllFactory`'s result for `value_type` values."""
   return tff.types.to_type(
-      collections.OrderedDict(
-          values=tff.TensorType(np.float32, [None, collect.flat_size(
-              value_type)]),
-          weights=tff.TensorType(np.float32, [None]),
-      )
+    collections.OrderedDict(
+      values=tff.TensorType(np.float32, [None, collect.flat_size(value_type)]),
+      weights=tff.TensorType(np.float32, [None]),
+    )
   )
 
 
 def valid_client_models(
-    weights: tf.Tensor, collected: Any
+  weights: tf.Tensor, collected: Any
 ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
   """The client models (rows) of clients with a positive, finite weight.
 
@@ -44,8 +43,8 @@ def valid_client_models(
   """
   deltas, client_weights = collected['values'], collected['weights']
   valid = tf.logical_and(
-      tf.logical_and(client_weights > 0, tf.math.is_finite(client_weights)),
-      tf.reduce_all(tf.math.is_finite(deltas), axis=1),
+    tf.logical_and(client_weights > 0, tf.math.is_finite(client_weights)),
+    tf.reduce_all(tf.math.is_finite(deltas), axis=1),
   )
   models = weights[tf.newaxis, :] - tf.boolean_mask(deltas, valid)
   return models, tf.boolean_mask(client_weights, valid), valid

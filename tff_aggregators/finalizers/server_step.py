@@ -16,21 +16,23 @@ import tensorflow_federated as tff
 def check_model_weights_type(model_weights_type: Any) -> None:
   """Raises TypeError unless a `tff.learning.models.ModelWeights` type."""
   if (
-      not isinstance(model_weights_type, tff.StructWithPythonType)
-      or model_weights_type.python_container
-      is not tff.learning.models.ModelWeights
+    not isinstance(model_weights_type, tff.StructWithPythonType)
+    or model_weights_type.python_container
+    is not tff.learning.models.ModelWeights
   ):
     raise TypeError(
-        'model_weights_type must be a tff.learning.models.ModelWeights type, '
-        f'got {model_weights_type}.'
+      'model_weights_type must be a tff.learning.models.ModelWeights type, '
+      f'got {model_weights_type}.'
     )
 
 
 def all_finite(*structures: Any) -> tf.Tensor:
   """Whether every floating-point tensor in `structures` is finite."""
-  checks = [tf.reduce_all(tf.math.is_finite(x))
-            for x in tf.nest.flatten(structures)
-            if tf.is_tensor(x) and x.dtype.is_floating]
+  checks = [
+    tf.reduce_all(tf.math.is_finite(x))
+    for x in tf.nest.flatten(structures)
+    if tf.is_tensor(x) and x.dtype.is_floating
+  ]
   return tf.reduce_all(checks) if checks else tf.constant(True)
 
 
@@ -40,13 +42,13 @@ def keep_unless(finite: tf.Tensor, new: Any, old: Any) -> Any:
 
 
 def build_server_step_finalizer(
-    model_weights_type: tff.StructType,
-    update_type: Any,
-    initial_state: Callable[[], Any],
-    server_step: Callable[[Any, Any, Any], tuple[Any, Any, Any]],
-    *,
-    get_hparams: Optional[Callable[[Any], Any]] = None,
-    set_hparams: Optional[Callable[[Any, Any], Any]] = None,
+  model_weights_type: tff.StructType,
+  update_type: Any,
+  initial_state: Callable[[], Any],
+  server_step: Callable[[Any, Any, Any], tuple[Any, Any, Any]],
+  *,
+  get_hparams: Optional[Callable[[Any], Any]] = None,
+  set_hparams: Optional[Callable[[Any, Any], Any]] = None,
 ) -> tff.learning.templates.FinalizerProcess:
   """A `FinalizerProcess` whose `next` runs `server_step` at the server.
 
@@ -67,7 +69,7 @@ def build_server_step_finalizer(
   initial_state_fn = tff.tensorflow.computation(initial_state)
   state_type = initial_state_fn.type_signature.result
   step = tff.tensorflow.computation(
-      server_step, state_type, trainable_type, update_type
+    server_step, state_type, trainable_type, update_type
   )
 
   @tff.federated_computation()
@@ -75,30 +77,30 @@ def build_server_step_finalizer(
     return tff.federated_eval(initial_state_fn, tff.SERVER)
 
   @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(model_weights_type, tff.SERVER),
-      tff.FederatedType(update_type, tff.SERVER),
+    init_fn.type_signature.result,
+    tff.FederatedType(model_weights_type, tff.SERVER),
+    tff.FederatedType(update_type, tff.SERVER),
   )
   def next_fn(state, weights, update):
     new_state, new_trainable, measurements = tff.federated_map(
-        step, (state, weights.trainable, update)
+      step, (state, weights.trainable, update)
     )
     new_weights = tff.federated_zip(
-        tff.learning.models.ModelWeights(new_trainable, weights.non_trainable)
+      tff.learning.models.ModelWeights(new_trainable, weights.non_trainable)
     )
     return tff.templates.MeasuredProcessOutput(
-        new_state, new_weights, measurements
+      new_state, new_weights, measurements
     )
 
   get_hparams_fn = set_hparams_fn = None
   if get_hparams is not None:
     get_hparams_fn = tff.tensorflow.computation(get_hparams, state_type)
     set_hparams_fn = tff.tensorflow.computation(
-        set_hparams, state_type, get_hparams_fn.type_signature.result
+      set_hparams, state_type, get_hparams_fn.type_signature.result
     )
   return tff.learning.templates.FinalizerProcess(
-      init_fn,
-      next_fn,
-      get_hparams_fn=get_hparams_fn,
-      set_hparams_fn=set_hparams_fn,
+    init_fn,
+    next_fn,
+    get_hparams_fn=get_hparams_fn,
+    set_hparams_fn=set_hparams_fn,
   )

@@ -46,7 +46,8 @@ from tff_aggregators.client_works import identified
 
 # Live sources by fingerprint: `from_bytes` gets only the saved bytes.
 _SOURCES: 'weakref.WeakValueDictionary[str, ClientDataSource]' = (
-    weakref.WeakValueDictionary())
+  weakref.WeakValueDictionary()
+)
 
 
 def fingerprint(client_ids: Sequence[str]) -> str:
@@ -70,27 +71,32 @@ class ClientDataSource(tff.program.FederatedDataSource):
   """
 
   def __init__(
-      self,
-      client_data: Union[tff.simulation.datasets.ClientData,
-                         Sequence[tf.data.Dataset]],
-      *,
-      preprocess_fn: Optional[Callable[[tf.data.Dataset],
-                                       tf.data.Dataset]] = None,
-      seed: int = 0,
+    self,
+    client_data: Union[
+      tff.simulation.datasets.ClientData, Sequence[tf.data.Dataset]
+    ],
+    *,
+    preprocess_fn: Optional[
+      Callable[[tf.data.Dataset], tf.data.Dataset]
+    ] = None,
+    seed: int = 0,
   ):
     if isinstance(client_data, tff.simulation.datasets.ClientData):
       ids = list(client_data.client_ids)
       self._client_ids = ids
       self._dataset_fn = lambda i: client_data.create_tf_dataset_for_client(
-          ids[i])
+        ids[i]
+      )
     elif isinstance(client_data, Sequence) and all(
-        isinstance(d, tf.data.Dataset) for d in client_data):
+      isinstance(d, tf.data.Dataset) for d in client_data
+    ):
       self._client_ids = [str(i) for i in range(len(client_data))]
       self._dataset_fn = lambda i: client_data[i]
     else:
       raise TypeError(
-          f'{type(self).__name__} takes a tff.simulation.datasets.ClientData '
-          f'or a list of tf.data.Datasets, got {type(client_data).__name__}.')
+        f'{type(self).__name__} takes a tff.simulation.datasets.ClientData '
+        f'or a list of tf.data.Datasets, got {type(client_data).__name__}.'
+      )
     if not self._client_ids:
       raise ValueError(f'{type(self).__name__} needs at least one client.')
     if len(self._client_ids) >= identified.MAX_CLIENT_ID:
@@ -99,10 +105,11 @@ class ClientDataSource(tff.program.FederatedDataSource):
     self._seed = int(seed)
     self._fingerprint = fingerprint(self._client_ids)
     element_spec = self.element_spec(
-        self._preprocess_fn(self._dataset_fn(0)).element_spec)
+      self._preprocess_fn(self._dataset_fn(0)).element_spec
+    )
     self._federated_type = tff.FederatedType(
-        tff.SequenceType(tff.types.tensorflow_to_type(element_spec)),
-        tff.CLIENTS)
+      tff.SequenceType(tff.types.tensorflow_to_type(element_spec)), tff.CLIENTS
+    )
     _SOURCES[self.key] = self
 
   def element_spec(self, spec):
@@ -129,8 +136,9 @@ class ClientDataSource(tff.program.FederatedDataSource):
     try:
       return self._client_ids.index(client_id)
     except ValueError:
-      raise ValueError(f'{client_id!r} is not a client of this data '
-                       'source.') from None
+      raise ValueError(
+        f'{client_id!r} is not a client of this data source.'
+      ) from None
 
   @property
   def federated_type(self) -> tff.FederatedType:
@@ -160,16 +168,18 @@ class IdentifiedDataSource(ClientDataSource):
   """
 
   def element_spec(self, spec):
-    return collections.OrderedDict([
+    return collections.OrderedDict(
+      [
         (identified.DATA, spec),
         (identified.CLIENT_ID, tf.TensorSpec([], tf.int32)),
-    ])
+      ]
+    )
 
   def datasets(self, indices: Sequence[int]) -> list[tf.data.Dataset]:
     """The clients' preprocessed datasets with their ids attached."""
     return identified.with_client_ids(
-        super().datasets(indices), list(indices),
-        num_clients=self.num_clients)
+      super().datasets(indices), list(indices), num_clients=self.num_clients
+    )
 
 
 class ClientDataSourceIterator(tff.program.FederatedDataSourceIterator):
@@ -196,11 +206,13 @@ class ClientDataSourceIterator(tff.program.FederatedDataSourceIterator):
     return self._source.datasets(indices)
 
   def to_bytes(self) -> bytes:
-    return json.dumps(dict(
+    return json.dumps(
+      dict(
         key=self._source.key,
         num_clients=self._source.num_clients,
         round_num=self._round_num,
-    )).encode()
+      )
+    ).encode()
 
   @classmethod
   def from_bytes(cls, buffer: bytes) -> 'ClientDataSourceIterator':
@@ -209,12 +221,13 @@ class ClientDataSourceIterator(tff.program.FederatedDataSourceIterator):
     if source is None:
       kind, digest, seed = saved['key'].split(':')
       raise ValueError(
-          f'The saved data iterator is of a {kind} over '
-          f'{saved["num_clients"]} client ids (fingerprint {digest[:12]}) '
-          f'with seed {seed}, and no such source exists in this process: '
-          'create it over the same ClientData (same client ids, in the same '
-          'order) and seed before resuming, so that every id keeps its '
-          'index.')
+        f'The saved data iterator is of a {kind} over '
+        f'{saved["num_clients"]} client ids (fingerprint {digest[:12]}) '
+        f'with seed {seed}, and no such source exists in this process: '
+        'create it over the same ClientData (same client ids, in the same '
+        'order) and seed before resuming, so that every id keeps its '
+        'index.'
+      )
     return cls(source, round_num=int(saved['round_num']))
 
   def __deepcopy__(self, memo):  # train_model copies it every round.
@@ -223,5 +236,7 @@ class ClientDataSourceIterator(tff.program.FederatedDataSourceIterator):
   def __eq__(self, other: object) -> bool:
     if not isinstance(other, ClientDataSourceIterator):
       return NotImplemented
-    return (self._source is other._source  # pylint: disable=protected-access
-            and self._round_num == other._round_num)  # pylint: disable=protected-access
+    return (
+      self._source is other._source  # pylint: disable=protected-access
+      and self._round_num == other._round_num
+    )  # pylint: disable=protected-access
