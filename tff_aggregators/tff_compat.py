@@ -9,8 +9,8 @@ only), and the Keras model inside `tff.learning.models.from_keras_model`'s
 wrapper (FedLWS's layer groups, FedLAW's BatchNormalization check).
 
 Importing this module warns once if another TFF version is installed;
-`tests/tff_compat_test.py` runs each entry point, so an upgrade that moves
-one fails there, by name, rather than somewhere inside a method.
+`tests/library/tff_compat_test.py` runs each entry point, so an upgrade
+that moves one fails there, by name, rather than somewhere inside a method.
 """
 
 from typing import Any, Optional
@@ -36,7 +36,8 @@ if tff.__version__ != SUPPORTED_TFF_VERSION:
   warnings.warn(
     f'tff_aggregators was written for TensorFlow Federated '
     f'{SUPPORTED_TFF_VERSION}, found {tff.__version__}: it uses private TFF '
-    'APIs (tff_aggregators/tff_compat.py); run tests/tff_compat_test.py.',
+    'APIs (tff_aggregators/tff_compat.py); run '
+    'tests/library/tff_compat_test.py.',
     RuntimeWarning,
     stacklevel=2,
   )

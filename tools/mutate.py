@@ -55,36 +55,45 @@ RULE_DIRS = (
 
 # Rule file -> fast test modules (or `module:Class.test_name` selections).
 TESTS = {
-  'tff_aggregators/aggregators/collect.py': ['collect_test'],
+  'tff_aggregators/aggregators/collect.py': ['library.collect_test'],
+  'tff_aggregators/aggregators/dropped_clients.py': [
+    'library.dropped_clients_test'
+  ],
   'tff_aggregators/aggregators/fedglad.py': [
-    'fedglad_test',
-    'fedglad_process_test',
+    'library.fedglad_test',
+    'library.fedglad_process_test',
   ],
   'tff_aggregators/aggregators/fedlws_stats.py': [
-    'fedlws_stats_test',
-    'fedlws_process_test',
+    'library.fedlws_stats_test',
+    'library.fedlws_process_test',
   ],
   'tff_aggregators/finalizers/fedcda.py': [
-    'fedcda_test:FedCdaTest.test_rounds_match_numpy_k3_b2',
-    'fedcda_test:FedCdaTest.test_rounds_match_numpy_b1_exhaustive_large_smoothness',
-    'fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
+    'library.fedcda_test:FedCdaTest.test_rounds_match_numpy_k3_b2',
+    'library.fedcda_test:FedCdaTest.test_rounds_match_numpy_b1_exhaustive_large_smoothness',
+    'library.fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
   ],
-  'tff_aggregators/finalizers/fedlaw.py': ['fedlaw_test', 'fedlaw_rounds_test'],
-  'tff_aggregators/finalizers/fedlws.py': ['fedlws_test'],
-  'tff_aggregators/finalizers/fedsa.py': ['fedsa_test'],
-  'tff_aggregators/finalizers/glad_adaptive.py': ['glad_adaptive_test'],
-  'tff_aggregators/finalizers/on_collected.py': ['fedsa_test'],
+  'tff_aggregators/finalizers/fedlaw.py': [
+    'library.fedlaw_test',
+    'library.fedlaw_rounds_test',
+  ],
+  'tff_aggregators/finalizers/fedlws.py': ['library.fedlws_test'],
+  'tff_aggregators/finalizers/fedsa.py': ['library.fedsa_test'],
+  'tff_aggregators/finalizers/glad_adaptive.py': ['library.glad_adaptive_test'],
+  'tff_aggregators/finalizers/on_collected.py': ['library.fedsa_test'],
   'tff_aggregators/finalizers/server_step.py': [
-    'fedlws_test',
-    'nonfinite_step_test',
+    'library.fedlws_test',
+    'library.nonfinite_step_test',
   ],
   'tff_aggregators/client_works/identified.py': [
-    'fedcda_client_ids_test',
-    'fedcda_test:FedCdaTest.test_client_reports_the_last_epoch_loss_last_epoch',
-    'fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
+    'library.fedcda_client_ids_test',
+    'library.fedcda_test:FedCdaTest.test_client_reports_the_last_epoch_loss_last_epoch',
+    'library.fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
   ],
-  'tff_aggregators/client_works/proximal.py': ['proximal_test'],
-  'tff_aggregators/client_works/with_hparams.py': ['proximal_test'],
+  'tff_aggregators/client_works/proximal.py': ['library.proximal_test'],
+  'tff_aggregators/client_works/stateful.py': [
+    'library.stateful_client_work_test'
+  ],
+  'tff_aggregators/client_works/with_hparams.py': ['library.proximal_test'],
 }
 
 _OPERATORS = {
@@ -229,14 +238,13 @@ def copy_repository(destination: str, head: bool = False) -> None:
     target = os.path.join(destination, name)
     os.makedirs(os.path.dirname(target), exist_ok=True)
     shutil.copy2(source, target)
-  for name in os.listdir(os.path.join(ROOT, 'tests')):  # New test files too.
-    if name.endswith('.py') and not os.path.exists(
-      os.path.join(destination, 'tests', name)
-    ):
-      shutil.copy2(
-        os.path.join(ROOT, 'tests', name),
-        os.path.join(destination, 'tests', name),
-      )
+  for folder, _, names in os.walk(os.path.join(ROOT, 'tests')):
+    for name in names:  # New test files too.
+      relative = os.path.relpath(os.path.join(folder, name), ROOT)
+      target = os.path.join(destination, relative)
+      if name.endswith('.py') and not os.path.exists(target):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.copy2(os.path.join(ROOT, relative), target)
 
 
 def run_tests(copy: str, selections: list[str], timeout: float) -> bool:

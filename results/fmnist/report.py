@@ -391,7 +391,7 @@ def index_method_lines() -> list[str]:
     'resumes an unfinished one from its checkpoint in the same checkout, '
     'and rewrites the report); `--report_only` rewrites the reports from '
     'the run files (without `--cell`, every report; '
-    '`tests/fmnist_reports_test` checks that the committed reports are '
+    '`tests/reports/fmnist_reports_test` checks that the committed reports are '
     'what it writes from the committed run files). Checkpoints are not '
     'committed: in a fresh checkout an unfinished run starts again from '
     'round 1.',

@@ -335,9 +335,9 @@ class FedCdaStoreProcess:
     its K+1 newest slots (in another slot order, which nothing reads): an
     ablation over K can start from another K's warm-up checkpoint, and it
     continues as a run with K from round 1 would
-    (`tests/fedcda_store_test.py`). A state with K+1 slots is returned as
-    it is. The source's warm-up is not in its state: the caller keeps it
-    at least as long as the state's round.
+    (`tests/library/fedcda_store_test.py`). A state with K+1 slots is
+    returned as it is. The source's warm-up is not in its state: the caller
+    keeps it at least as long as the state's round.
 
     Args:
       state: The state a checkpoint held (`tff.program` managers load it

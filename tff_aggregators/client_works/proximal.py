@@ -7,8 +7,9 @@ grad F_k(w) + mu (w - w_global).
 TFF 0.87's FedProx client work (`tff.learning.algorithms.
 build_weighted_fed_prox`, `proximal_client_work.py`) adds
 mu (w_global - w) instead: the opposite sign, which pushes clients away from
-the global model (checked against NumPy in `tests/proximal_test.py`). Its
-state is also empty, so a client learning-rate schedule cannot reach it.
+the global model (checked against NumPy in
+`tests/library/proximal_test.py`). Its state is also empty, so a client
+learning-rate schedule cannot reach it.
 
 This client work runs TFF's FedAvg local update
 (`model_delta_client_work.build_model_delta_update_with_tff_optimizer`: the

@@ -26,8 +26,10 @@ import urllib.parse
 
 from absl.testing import absltest
 
-# The repository: this file is <root>/tests/docs_test.py.
-ROOT = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+# The repository: this file is <root>/tests/integration/docs_test.py.
+ROOT = os.path.dirname(
+  os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+)
 _THIS_FILE = os.path.relpath(os.path.realpath(__file__), ROOT)
 
 # Files checked: text files the repository's users read or run.

@@ -1,6 +1,6 @@
 """FedLAW over several rounds at its default 100 server epochs, vs NumPy.
 
-One round with a few server epochs (tests/fedlaw_test.py) cannot tell
+One round with a few server epochs (tests/library/fedlaw_test.py) cannot tell
 whether the StepLR schedule halves the learning rate every 20 epochs, or
 whether the proxy set is reshuffled differently each round. Here: the tiny
 linear model, 100 server epochs of 3 proxy batches, 3 rounds, a seed other
