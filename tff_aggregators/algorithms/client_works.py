@@ -3,7 +3,10 @@
 The methods change only the server side; their clients run TFF's own
 model-delta client work (FedAvg), or FedProx's with the optimizer's
 hyperparameters in its state (`client_works.proximal`), so a client
-learning-rate schedule reaches both.
+learning-rate schedule reaches both. A builder's `client_work` argument
+replaces that client work by any other whose result is TFF's (a model delta
+and a weight), e.g. `build_stateful_client_work`'s per-client optimizer
+state.
 """
 
 from collections.abc import Callable
@@ -38,11 +41,16 @@ def model_delta_client_work(
   loop_implementation: tff.learning.LoopImplementation = (
     tff.learning.LoopImplementation.DATASET_REDUCE
   ),
+  client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work; FedProx's when `proximal_strength > 0`.
 
-  Both have the client optimizer's hyperparameters as their state.
+  Both have the client optimizer's hyperparameters as their state. A given
+  `client_work` is returned instead (checked: a `ClientWorkProcess`, and no
+  `proximal_strength`, whose term is inside FedProx's client work).
   """
+  if client_work is not None:
+    return check_client_work(client_work, proximal_strength)
   if proximal_strength:  # A negative one is refused there.
     return proximal.build_proximal_client_work(
       model_fn,
@@ -58,6 +66,55 @@ def model_delta_client_work(
     client_weighting=client_weighting,
     metrics_aggregator=metrics_aggregator,
     loop_implementation=loop_implementation,
+  )
+
+
+def check_client_work(
+  client_work: tff.learning.templates.ClientWorkProcess,
+  proximal_strength: float = 0.0,
+) -> tff.learning.templates.ClientWorkProcess:
+  """`client_work`, if it can replace a builder's own client work."""
+  if not isinstance(client_work, tff.learning.templates.ClientWorkProcess):
+    raise TypeError(
+      'client_work must be a tff.learning.templates.ClientWorkProcess, got '
+      f'{client_work!r}.'
+    )
+  if proximal_strength:
+    raise ValueError(
+      f"proximal_strength={proximal_strength} needs FedProx's client work; "
+      'it does not combine with a given client_work.'
+    )
+  return client_work
+
+
+def compose_with_server_optimizer(
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  client_work: tff.learning.templates.ClientWorkProcess,
+  model_aggregator: tff.aggregators.WeightedAggregationFactory,
+  server_optimizer_fn: tff.learning.optimizers.Optimizer,
+  model_distributor: Optional[
+    tff.learning.templates.DistributionProcess
+  ] = None,
+) -> tff.learning.templates.LearningProcess:
+  """`build_weighted_fed_avg`'s process around another client work.
+
+  Broadcast, `client_work`, `model_aggregator`'s weighted aggregation of the
+  model delta and `server_optimizer_fn` applied to it
+  (`build_apply_optimizer_finalizer`), as TFF's `build_weighted_fed_avg`
+  composes them.
+  """
+  initial_weights_fn = initial_model_weights_fn(model_fn)
+  model_weights_type = initial_weights_fn.type_signature.result
+  return compose(
+    initial_weights_fn,
+    check_client_work(client_work),
+    model_aggregator.create(
+      model_weights_type.trainable, tff.TensorType(np.float32)
+    ),
+    tff.learning.templates.build_apply_optimizer_finalizer(
+      server_optimizer_fn, model_weights_type
+    ),
+    model_distributor,
   )
 
 

@@ -30,6 +30,7 @@ def build_fedglad_process(
   loop_implementation: tff.learning.LoopImplementation = (
     tff.learning.LoopImplementation.DATASET_REDUCE
   ),
+  client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
   proximal_strength: float = 0.0,
   gamma: float = 0.02,
   beta: float = 0.9,
@@ -72,6 +73,9 @@ def build_fedglad_process(
       `tff.aggregators.MeanFactory(no_nan_division=True)`.
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
+    client_work: Replaces the clients' model-delta client work (e.g.
+      `build_stateful_client_work`); None: TFF's (FedProx's with
+      `proximal_strength`).
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
@@ -117,6 +121,14 @@ def build_fedglad_process(
   )
   if server_update_scaling == 'update':
     aggregator = fedglad.FedGladFactory(**glad_options)
+    if client_work is not None:
+      return client_works.compose_with_server_optimizer(
+        model_fn,
+        client_works.check_client_work(client_work, proximal_strength),
+        aggregator,
+        server_optimizer_fn,
+        model_distributor,
+      )
     if proximal_strength > 0:
       return client_works.build_weighted_fed_prox(
         model_fn=model_fn,
@@ -149,6 +161,7 @@ def build_fedglad_process(
     proximal_strength=proximal_strength,
     metrics_aggregator=metrics_aggregator,
     loop_implementation=loop_implementation,
+    client_work=client_work,
   )
   aggregator = fedglad.FedGladFactory(
     emit='update_and_multipliers', **glad_options

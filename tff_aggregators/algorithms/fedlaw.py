@@ -29,6 +29,7 @@ def build_fedlaw_process(
   loop_implementation: tff.learning.LoopImplementation = (
     tff.learning.LoopImplementation.DATASET_REDUCE
   ),
+  client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
   variant: str = 'fedlaw',
   server_epochs: int = 100,
   server_lr: float = 0.005,
@@ -57,6 +58,9 @@ def build_fedlaw_process(
     model_distributor: As in `build_weighted_fed_avg` (default: broadcast).
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
+    client_work: Replaces the clients' model-delta client work (e.g.
+      `build_stateful_client_work`); None: TFF's (FedProx's with
+      `proximal_strength`).
     variant: 'fedlaw', 'gamma', 'lambda', 'swa' or 'fixed_gamma'.
     server_epochs: Server epochs over the proxy set per round.
     server_lr: The server Adam learning rate.
@@ -93,6 +97,7 @@ def build_fedlaw_process(
     client_weighting=client_weighting,
     metrics_aggregator=metrics_aggregator,
     loop_implementation=loop_implementation,
+    client_work=client_work,
   )
   aggregator = collect.CollectAllFactory(max_clients).create(
     model_weights_type.trainable, tff.TensorType(np.float32)

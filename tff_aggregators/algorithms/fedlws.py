@@ -31,6 +31,7 @@ def build_fedlws_process(
   loop_implementation: tff.learning.LoopImplementation = (
     tff.learning.LoopImplementation.DATASET_REDUCE
   ),
+  client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
   proximal_strength: float = 0.0,
   beta: float = 0.1,
   tau_clip: Optional[tuple[float, float]] = None,
@@ -60,6 +61,9 @@ def build_fedlws_process(
       statistics are summed in plain (docs/privacy.md).
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
+    client_work: Replaces the clients' model-delta client work (e.g.
+      `build_stateful_client_work`); None: TFF's (FedProx's with
+      `proximal_strength`).
     proximal_strength: FedProx's mu on the clients; 0 is FedAvg.
     beta: Scale of tau (Eq. 8): 0.1 for CNNs/MLPs, 0.01 for ResNets in the
       paper (safe range 0.001-0.1); 0 is the base method.
@@ -90,6 +94,7 @@ def build_fedlws_process(
     proximal_strength=proximal_strength,
     metrics_aggregator=metrics_aggregator,
     loop_implementation=loop_implementation,
+    client_work=client_work,
   )
   aggregator = fedlws_stats.FedLwsStatsFactory(
     groups,

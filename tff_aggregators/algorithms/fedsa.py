@@ -27,6 +27,7 @@ def build_fedsa_process(
   loop_implementation: tff.learning.LoopImplementation = (
     tff.learning.LoopImplementation.DATASET_REDUCE
   ),
+  client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
   proximal_strength: float = 0.0,
   cv_threshold: float = 0.2,
   sim_threshold: float = 0.2,
@@ -58,6 +59,9 @@ def build_fedsa_process(
     model_distributor: As in `build_weighted_fed_avg` (default: broadcast).
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
+    client_work: Replaces the clients' model-delta client work (e.g.
+      `build_stateful_client_work`); None: TFF's (FedProx's with
+      `proximal_strength`).
     proximal_strength: FedProx's mu on the clients (0: FedAvg clients).
     cv_threshold: cv_t, the dispersion threshold of high-dispersion
       parameters (Eq. 5; 0.2).
@@ -104,6 +108,7 @@ def build_fedsa_process(
     proximal_strength=proximal_strength,
     metrics_aggregator=metrics_aggregator,
     loop_implementation=loop_implementation,
+    client_work=client_work,
   )
   aggregator = collect.CollectAllFactory(max_clients).create(
     model_weights_type.trainable, tff.TensorType(np.float32)
