@@ -114,5 +114,46 @@ class CollectAllFactoryTest(parameterized.TestCase):
       )
 
 
+class TwoWorkersTest(absltest.TestCase):
+  """`merge` runs only when clients are split over several workers."""
+
+  def tearDown(self):
+    runtime.use_local_worker()  # Stops the two workers.
+    super().tearDown()
+
+  def test_merged_rows_keep_their_weights_and_counts(self):
+    runtime.use_local_workers(2)
+    values = _values(5, seed=1)
+    values[1]['bias'][0] = np.nan  # Non-finite on the first worker,
+    values[4]['kernel'][0, 0] = np.inf  # and on the second.
+    weights = [1.0, 2.0, 0.0, 4.0, 0.0]  # Zero weight on both workers.
+    process = collect.CollectAllFactory(6).create(_VALUE_TYPE, _WEIGHT)
+    output = process.next(process.initialize(), values, weights)
+    rows, got_weights = output.result['values'], output.result['weights']
+    self.assertEqual(rows.shape, (5, 9))
+    # Rows arrive in blocks, one per worker, in the order the workers finish:
+    # each row must still be paired with its own client's weight.
+    expected = {k: _row(values[k]) for k in range(5)}
+    seen = []
+    for row, weight in zip(rows, got_weights, strict=True):
+      matches = [
+        k
+        for k, r in expected.items()
+        if np.array_equal(row, r, equal_nan=True) and weights[k] == weight
+      ]
+      self.assertLen(matches, 1, (row, weight))
+      seen.extend(matches)
+    self.assertCountEqual(seen, range(5))
+    self.assertEqual(output.measurements[collect.NUM_CLIENTS], 5)
+    self.assertEqual(output.measurements[collect.NUM_NON_FINITE_CLIENTS], 2)
+    self.assertEqual(output.measurements[collect.NUM_ZERO_WEIGHT_CLIENTS], 2)
+
+  def test_a_cohort_above_capacity_fails_in_merge(self):
+    runtime.use_local_workers(2)  # Each worker's 2 clients fit; 4 do not.
+    process = collect.CollectAllFactory(3).create(_VALUE_TYPE, _WEIGHT)
+    with self.assertRaisesRegex(Exception, 'max_clients=3'):
+      process.next(process.initialize(), _values(4), [1.0] * 4)
+
+
 if __name__ == '__main__':
   absltest.main()
