@@ -31,6 +31,18 @@ class DroppedClientsFactoryTest(absltest.TestCase):
     self.assertEqual(output.measurements['num_clients'], 4)
     self.assertEqual(output.measurements['num_dropped_clients'], 2)
 
+  def test_one_non_finite_coordinate_drops_a_weighted_client(self):
+    values = [
+      np.array([np.nan, 1.0], np.float32),  # Weight 2: dropped all the same.
+      np.array([1.0, 2.0], np.float32),
+      np.array([3.0, 4.0], np.float32),
+    ]
+    output = self._run(
+      dropped_clients.DroppedClientsFactory(), values, [2.0, 1.0, np.inf]
+    )
+    self.assertEqual(output.measurements['num_clients'], 3)
+    self.assertEqual(output.measurements['num_dropped_clients'], 2)
+
   def test_inner_aggregation_is_unchanged(self):
     rng = np.random.default_rng(0)
     values = [rng.normal(size=2).astype(np.float32) for _ in range(3)]
