@@ -31,6 +31,7 @@ from experiments import run_files
 from tff_aggregators import runtime
 from experiments import tasks
 from experiments import training
+from tff_aggregators.client_works import stateful
 
 _SERVER_OPTIMIZERS = ('sgd', 'sgdm', 'adam', 'yogi')
 _CLIENT_OPTIMIZERS = ('sgd', 'adam')
@@ -64,7 +65,31 @@ CLIENT_LR_DECAY = flags.DEFINE_float(
   'Per-round decay: round r (1-based) uses client_lr * decay**(r-1).',
 )
 CLIENT_MOMENTUM = flags.DEFINE_float(
-  'client_momentum', 0.0, 'Client SGD momentum (reset every round).'
+  'client_momentum',
+  0.0,
+  'Client SGD momentum (reset every round unless '
+  '--client_optimizer_state=persistent).',
+)
+CLIENT_OPTIMIZER_STATE = flags.DEFINE_enum(
+  'client_optimizer_state',
+  'reset',
+  ['reset', 'persistent'],
+  'Client optimiser state (SGD momentum, Adam moments): reset every round '
+  "(TFF's clients) or persistent per client between the rounds it takes "
+  'part in (build_stateful_client_work, docs/stateful_clients.md).',
+)
+MAX_CLIENT_STATE_MIB = flags.DEFINE_integer(
+  'max_client_state_mib',
+  64,
+  'Refuse a persistent client optimiser state (clients x optimiser slots '
+  'x parameters x 4 bytes, kept in the TFF state) above this.',
+)
+CLIENT_TRAIN_FRACTION = flags.DEFINE_float(
+  'client_train_fraction',
+  1.0,
+  'Each client trains on this first fraction of its examples, in an order '
+  "shuffled once per (seed, client); FedLWS's code: 0.7 (30% held out for "
+  'local validation).',
 )
 WEIGHT_DECAY = flags.DEFINE_float(
   'weight_decay',
@@ -259,6 +284,7 @@ _NON_RUN_FLAGS = frozenset(
     'max_empty_rounds',
     'chance_rounds',
     'keep_checkpoints',
+    'max_client_state_mib',
   ]
 )
 # Flags of one kind of binary only.
@@ -317,6 +343,7 @@ _require(
     'crop_size',
     'eval_examples',
     'max_client_examples',
+    'max_client_state_mib',
   ),
   lambda v: v >= 1,
   'at least 1',
@@ -341,7 +368,11 @@ _require(
   lambda v: 0 <= v < 1,
   'in [0, 1)',
 )
-_require(('client_lr_decay',), lambda v: 0 < v <= 1, 'in (0, 1]')
+_require(
+  ('client_lr_decay', 'client_train_fraction'),
+  lambda v: 0 < v <= 1,
+  'in (0, 1]',
+)
 _require(
   ('max_concurrent_computation_calls',),
   lambda v: v == -1 or v >= 1,
@@ -366,6 +397,27 @@ flags.register_validator(
   'aggregator',
   lambda v: v in registry.names(),
   message=f'--aggregator must be one of {", ".join(registry.names())}.',
+)
+
+
+def _check_persistent_state(values: dict[str, object]) -> bool:
+  """Refuses, at parsing, what persistent client state cannot combine with."""
+  if values['client_optimizer_state'] != 'persistent':
+    return True
+  unsupported = registry.persistent_state_unsupported(
+    values['aggregator'], values['proximal_strength']
+  )
+  if unsupported:
+    raise flags.ValidationError(
+      f'--client_optimizer_state=persistent does not combine with '
+      f'{unsupported}; use --client_optimizer_state=reset.'
+    )
+  return True
+
+
+flags.register_multi_flags_validator(
+  ['client_optimizer_state', 'aggregator', 'proximal_strength'],
+  _check_persistent_state,
 )
 
 
@@ -712,10 +764,55 @@ def _build_process(
         num_clients=len(task.datasets.train_data.client_ids),
         output_dir=output_dir,
         local_epochs=LOCAL_EPOCHS.value,
+        client_optimizer_state=CLIENT_OPTIMIZER_STATE.value,
+        max_client_state_bytes=MAX_CLIENT_STATE_MIB.value * 2**20,
       ),
     )
   except ValueError as e:  # A method's settings that cannot work.
     raise SystemExit(f'error: --aggregator={aggregator}: {e}') from e
+
+
+def _check_client_state(
+  task: tff.simulation.baselines.BaselineTask, aggregator: str
+) -> None:
+  """With persistent client state: logs its size, refuses it above the limit.
+
+  The table of `build_stateful_client_work` (clients x optimiser slots x
+  parameters x 4 bytes) is in the server state and broadcast to every client
+  of a round. Runs before anything is written; nothing with reset state.
+  """
+  if CLIENT_OPTIMIZER_STATE.value != 'persistent':
+    return
+  unsupported = registry.persistent_state_unsupported(
+    aggregator, PROXIMAL_STRENGTH.value
+  )
+  if unsupported:  # The demo's other aggregators; the flags' are validated.
+    raise SystemExit(
+      f'error: --client_optimizer_state=persistent does not combine with '
+      f'{unsupported}; use --client_optimizer_state=reset.'
+    )
+  size = stateful.state_size(
+    task.model_fn,
+    _client_optimizer(),
+    len(task.datasets.train_data.client_ids),
+  )
+  if size.total_bytes > MAX_CLIENT_STATE_MIB.value * 2**20:
+    raise SystemExit(
+      'error: --client_optimizer_state=persistent needs '
+      f'{size.describe()} of client optimiser state, above '
+      f'--max_client_state_mib={MAX_CLIENT_STATE_MIB.value}: use a smaller '
+      'population (--num_clients), a stateless client optimiser '
+      '(--client_optimizer=sgd --client_momentum=0) or '
+      '--client_optimizer_state=reset, or raise --max_client_state_mib.'
+    )
+  cohort = CLIENTS_PER_ROUND.value
+  line = (
+    f'Persistent client optimiser state: {size.describe()} in the server '
+    f'state, broadcast to each of the {cohort} clients of a round '
+    f'({cohort * size.total_bytes / 2**20:,.1f} MiB per round).'
+  )
+  logging.info('%s', line)
+  print(line, flush=True)
 
 
 def run(
@@ -749,6 +846,7 @@ def run(
     )
   run_flags = _run_flags(aggregator)
   start_over = _check_resumable(output_dir, run_flags)
+  _check_client_state(task, aggregator)
   _use_workers()
   process = _build_process(task, aggregator, output_dir, proxy_data)
   if CLIENT_LR_DECAY.value != 1.0:
@@ -772,6 +870,7 @@ def run(
     chance_rounds=CHANCE_ROUNDS.value or None,
     keep_checkpoints=KEEP_CHECKPOINTS.value,
     chance_accuracy=_chance_accuracy(partition_info),
+    client_train_fraction=CLIENT_TRAIN_FRACTION.value,
   )
   try:
     return training.train(

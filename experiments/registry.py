@@ -18,6 +18,7 @@ from tff_aggregators.aggregators import dropped_clients
 from tff_aggregators.aggregators import fedglad
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.algorithms import fedcda_store
+from tff_aggregators.client_works import stateful
 from tff_aggregators.finalizers import fedcda
 from tff_aggregators.finalizers import fedlaw
 from tff_aggregators.finalizers import fedlws
@@ -45,6 +46,11 @@ class ProcessInputs:
     local_epochs: The passes over its data each client makes per round (its
       data is repeated that often), for methods that need a client's last
       epoch (FedCDA's loss).
+    client_optimizer_state: 'reset' (TFF's clients start every round from a
+      fresh optimizer state) or 'persistent' (each client's optimizer state
+      is kept between its rounds: `build_stateful_client_work` replaces the
+      method's client work; needs `num_clients` and `clients_per_round`).
+    max_client_state_bytes: The largest table of persistent client states.
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -58,6 +64,60 @@ class ProcessInputs:
   num_clients: Optional[int] = None
   output_dir: Optional[str] = None
   local_epochs: Optional[int] = None
+  client_optimizer_state: str = 'reset'
+  max_client_state_bytes: int = stateful.DEFAULT_MAX_STATE_BYTES
+
+
+CLIENT_OPTIMIZER_STATES = ('reset', 'persistent')
+
+
+def persistent_state_unsupported(
+  name: str, proximal_strength: float
+) -> Optional[str]:
+  """What persistent client optimizer state cannot combine with, if any."""
+  if name == 'fedcda':
+    return (
+      "--aggregator=fedcda (its client work reports each client's loss "
+      'and id to the server)'
+    )
+  if proximal_strength:
+    return "--proximal_strength > 0 (FedProx's proximal client work)"
+  return None
+
+
+def _client_work(
+  inputs: ProcessInputs,
+  name: str,
+  client_weighting: tff.learning.ClientWeighting = (
+    tff.learning.ClientWeighting.NUM_EXAMPLES
+  ),
+) -> Optional[tff.learning.templates.ClientWorkProcess]:
+  """None (the method's own client work), or the persistent-state one."""
+  if inputs.client_optimizer_state not in CLIENT_OPTIMIZER_STATES:
+    raise ValueError(
+      f'client_optimizer_state must be one of {CLIENT_OPTIMIZER_STATES}, '
+      f'got {inputs.client_optimizer_state!r}.'
+    )
+  if inputs.client_optimizer_state == 'reset':
+    return None
+  unsupported = persistent_state_unsupported(name, inputs.proximal_strength)
+  if unsupported:
+    raise ValueError(
+      f'persistent client optimizer state does not combine with {unsupported}.'
+    )
+  if not inputs.num_clients or not inputs.clients_per_round:
+    raise ValueError(
+      'persistent client optimizer state needs the population and the '
+      'cohort size.'
+    )
+  return tff_aggregators.build_stateful_client_work(
+    inputs.model_fn,
+    inputs.client_optimizer_fn,
+    num_clients=inputs.num_clients,
+    max_clients=inputs.clients_per_round,
+    client_weighting=client_weighting,
+    max_state_bytes=inputs.max_client_state_bytes,
+  )
 
 
 Builder = Callable[[ProcessInputs], tff.learning.templates.LearningProcess]
@@ -107,6 +167,11 @@ def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   ]
   # TFF's mean, counting the clients it drops (num_dropped_clients).
   aggregator = dropped_clients.DroppedClientsFactory()
+  client_work = _client_work(inputs, 'fedavg', client_weighting)
+  if client_work is not None:
+    return client_works.compose_with_server_optimizer(
+      inputs.model_fn, client_work, aggregator, inputs.server_optimizer_fn
+    )
   if inputs.proximal_strength:  # A negative one is refused there.
     return client_works.build_weighted_fed_prox(
       model_fn=inputs.model_fn,
@@ -153,6 +218,7 @@ def _fedglad(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     gamma=FEDGLAD_GAMMA.value,
     beta=FEDGLAD_BETA.value,
     grouping=FEDGLAD_GROUPING.value,
+    client_work=_client_work(inputs, 'fedglad'),
   )
 
 
@@ -202,6 +268,7 @@ def _fedlws(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     grouping=FEDLWS_VARIANT.value,
     tau_mode=FEDLWS_TAU_MODE.value,
     proximal_strength=inputs.proximal_strength,
+    client_work=_client_work(inputs, 'fedlws'),
   )
 
 
@@ -261,6 +328,7 @@ def _fedlaw(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     proxy_batch_size=FEDLAW_PROXY_BATCH_SIZE.value,
     fixed_gamma=FEDLAW_FIXED_GAMMA.value,
     seed=inputs.seed,
+    client_work=_client_work(inputs, 'fedlaw'),
   )
 
 
@@ -344,6 +412,7 @@ def _fedsa(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     weighted_mean=FEDSA_WEIGHTED_MEAN.value,
     late_join_mode=FEDSA_LATE_JOIN_MODE.value,
     cluster_scope=FEDSA_CLUSTER_SCOPE.value,
+    client_work=_client_work(inputs, 'fedsa'),
   )
 
 
@@ -428,6 +497,7 @@ def _fedcda_history_store(inputs: ProcessInputs):
 @register('fedcda')
 def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   """FedCDA: per-client model history on the server, cross-round selection."""
+  _client_work(inputs, 'fedcda')  # Refuses persistent client state.
   if not inputs.clients_per_round or not inputs.num_clients:
     raise ValueError('FedCDA needs the cohort size and the population.')
   if inputs.server_optimizer != 'sgd' or inputs.proximal_strength:

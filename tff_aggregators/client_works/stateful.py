@@ -37,6 +37,7 @@ with it through `tff.learning.templates.compose_learning_process`.
 """
 
 import collections
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -113,23 +114,73 @@ def _leaf_specs(model_fn, optimizer):
   return specs, leaf_specs
 
 
+@dataclasses.dataclass(frozen=True)
+class StateSize:
+  """The size of the table of client optimizer states.
+
+  Attributes:
+    num_clients: The population (rows of the table).
+    parameters: The model's trainable parameters.
+    bytes_per_client: A client's optimizer state without hyperparameters.
+  """
+
+  num_clients: int
+  parameters: int
+  bytes_per_client: int
+
+  @property
+  def slots(self) -> float:
+    """Optimizer values per parameter (1 for momentum, about 2 for Adam)."""
+    return self.bytes_per_client / (4 * max(self.parameters, 1))
+
+  @property
+  def total_bytes(self) -> int:
+    """The table: every client's state plus its "has state" flag."""
+    return self.num_clients * (self.bytes_per_client + 1)
+
+  def describe(self) -> str:
+    """`<clients> clients x <slots> optimizer slots x <parameters> ...`."""
+    return (
+      f'{self.num_clients:,} clients x {self.slots:.3g} optimizer slots x '
+      f'{self.parameters:,} parameters x 4 bytes = '
+      f'{self.total_bytes / 2**20:,.1f} MiB'
+    )
+
+
+def _state_size(num_clients, trainable_specs, leaf_specs) -> StateSize:
+  return StateSize(
+    num_clients=int(num_clients),
+    parameters=sum(s.shape.num_elements() for s in trainable_specs),
+    bytes_per_client=sum(
+      s.shape.num_elements() * s.dtype.size for s in leaf_specs
+    ),
+  )
+
+
+def state_size(
+  model_fn: Callable[[], tff.learning.models.VariableModel],
+  optimizer: tff.learning.optimizers.Optimizer,
+  num_clients: int,
+) -> StateSize:
+  """The table `build_stateful_client_work` would keep, without building it."""
+  return _state_size(num_clients, *_leaf_specs(model_fn, optimizer))
+
+
 def check_state_bytes(
   num_clients: int, trainable_specs, leaf_specs, max_state_bytes: int
 ) -> int:
   """The table's bytes; raises `ValueError` above `max_state_bytes`."""
-  parameters = sum(s.shape.num_elements() for s in trainable_specs)
-  per_client = sum(s.shape.num_elements() * s.dtype.size for s in leaf_specs)
-  total = num_clients * (per_client + 1)  # + the bool "has state" flag.
-  if total > max_state_bytes:
-    slots = per_client / (4 * max(parameters, 1))
+  size = _state_size(num_clients, trainable_specs, leaf_specs)
+  if size.total_bytes > max_state_bytes:
     raise ValueError(
-      f'{_BUILDER}: the client optimizer states take {num_clients:,} '
-      f'clients x {slots:.3g} optimizer slots x {parameters:,} parameters '
-      f'= {total:,} bytes, above max_state_bytes={max_state_bytes:,}; they '
-      'live in the TFF state and are broadcast to every client, and a '
-      'driver-side store for large populations is not available yet.'
+      f'{_BUILDER}: the client optimizer states take {size.num_clients:,} '
+      f'clients x {size.slots:.3g} optimizer slots x {size.parameters:,} '
+      f'parameters = {size.total_bytes:,} bytes, above max_state_bytes='
+      f'{max_state_bytes:,}; they live in the TFF state and are broadcast '
+      'to every client, and a driver-side store for large populations is '
+      'not available yet.'
     )
-  return total
+  return size.total_bytes
 
 
 def _check_counts(num_clients, max_clients):
