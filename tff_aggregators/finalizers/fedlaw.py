@@ -22,6 +22,13 @@ loss at the combined weights w and c_i = <G, W_i>, c_bar = sum lambda_i c_i,
 
 so one step is one forward/backward pass of the model on a proxy batch.
 
+In this module: `combine` (the combined model, Eq. 10), `closed_form_gradients`
+and `adam_step`; `run_stage` (server epochs of Adam steps on the proxy batches
+of `shuffled_proxy` and `proxy_batch`); `search` (one round's search from the
+FedAvg model, with its fallback); `assemble_model` (the new global model).
+`search_stages` turns a variant into stages, and `build_fedlaw_finalizer`
+wires them into a `FinalizerProcess`.
+
 Variants (`variant`): 'fedlaw' (both), 'gamma' (adaptive GWS, lambda = p),
 'lambda' (attentive LAW, gamma = 1), 'swa' (the official code's order:
 lambda with stochastic weight averaging for server_epochs // 2 epochs, then
@@ -46,8 +53,10 @@ handling of the authors' code, which is not implemented).
 
 import collections
 from collections.abc import Callable
+import dataclasses
+import functools
 import math
-from typing import Any, Optional, Union
+from typing import Any, NamedTuple, Optional, Union
 
 import numpy as np
 import tensorflow as tf
@@ -164,6 +173,343 @@ def _swa_lr(server_lr, epoch):
   )
 
 
+# The proxy objective L_proxy: the model on the proxy set, shuffled and batched.
+
+
+@dataclasses.dataclass(frozen=True)
+class ProxyObjective:
+  """The proxy loss of one round: model, proxy set, batching and loss.
+
+  Attributes:
+    model: A model from `model_fn`; its trainable variables receive the
+      weights at which the loss is evaluated.
+    trainable_type: The type of the trainable weights (to unflatten).
+    loss_fn: `(y, logits) -> mean loss`.
+    x: The proxy inputs (array, captured as a constant).
+    y: The proxy labels.
+    batch_size: B_s; the last batch of an epoch may be smaller.
+    seed: Seeds the shuffling, with the round and the epoch.
+    round_num: The round number (int64 tensor).
+  """
+
+  model: Any
+  trainable_type: tff.StructType
+  loss_fn: Callable[[tf.Tensor, tf.Tensor], tf.Tensor]
+  x: np.ndarray
+  y: np.ndarray
+  batch_size: int
+  seed: int
+  round_num: tf.Tensor
+
+  @property
+  def num_examples(self) -> int:
+    return len(self.x)
+
+  @property
+  def num_batches(self) -> int:
+    return -(-len(self.x) // self.batch_size)
+
+
+def shuffled_proxy(proxy: ProxyObjective, epoch):
+  """The proxy set (x, y) reshuffled for (seed, round, epoch)."""
+  seed_pair = tf.stack(
+    [
+      tf.constant(proxy.seed, tf.int64),
+      proxy.round_num * 100003 + tf.cast(epoch, tf.int64),
+    ]
+  )
+  order = tf.argsort(
+    tf.random.stateless_uniform([proxy.num_examples], seed=seed_pair)
+  )
+  return (
+    tf.gather(tf.constant(proxy.x), order),
+    tf.gather(tf.constant(proxy.y), order),
+  )
+
+
+def proxy_batch(proxy: ProxyObjective, shuffled, b):
+  """Batch b of the `shuffled` proxy set (the last may be smaller)."""
+  start = b * proxy.batch_size
+  return tuple(t[start : start + proxy.batch_size] for t in shuffled)
+
+
+def _assign(proxy: ProxyObjective, flat):
+  """Assigns the flat trainable weights to the model; the assign ops."""
+  leaves = tf.nest.flatten(collect.unflatten(flat, proxy.trainable_type))
+  variables = proxy.model.trainable_variables
+  return [v.assign(leaf) for v, leaf in zip(variables, leaves)]
+
+
+def batch_gradient(proxy: ProxyObjective, flat, x, y):
+  """G: the flat gradient of the loss on batch (x, y) at weights `flat`."""
+  variables = proxy.model.trainable_variables
+  with tf.control_dependencies(_assign(proxy, flat)):
+    with tf.GradientTape() as tape:
+      loss = proxy.loss_fn(y, proxy.model.predict_on_batch(x, True))
+    grads = tape.gradient(loss, variables)
+  return collect.flatten(
+    [tf.zeros_like(w) if g is None else g for g, w in zip(grads, variables)]
+  )
+
+
+def proxy_loss(proxy: ProxyObjective, flat):
+  """L_proxy(flat): the mean over the whole proxy set, in training mode."""
+  with tf.control_dependencies(_assign(proxy, flat)):
+    total = tf.constant(0.0)
+    count = tf.constant(0.0)
+    shuffled = shuffled_proxy(proxy, 0)
+    for b in tf.range(proxy.num_batches):
+      x, y = proxy_batch(proxy, shuffled, b)
+      n = tf.cast(tf.shape(y)[0], tf.float32)
+      total += proxy.loss_fn(y, proxy.model.predict_on_batch(x, True)) * n
+      count += n
+    return tf.math.divide_no_nan(total, count)
+
+
+def _default_proxy_loss(y, logits):
+  """Sparse categorical cross-entropy on logits, the batch mean."""
+  return tf.reduce_mean(
+    tf.keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True)
+  )
+
+
+# The paper's rule: combined model, closed-form gradients, the server epochs.
+
+
+def combine(rows, x_gamma, x_lambda):
+  """gamma sum_i lambda_i W_i, gamma = exp(x_gamma), lambda = softmax (Eq. 10).
+
+  Args:
+    rows: The client models W_i as rows, float32 [m, D].
+    x_gamma: Scalar, log gamma.
+    x_lambda: [m], the logits of lambda.
+  """
+  lam = tf.nn.softmax(x_lambda)
+  return tf.exp(x_gamma) * tf.linalg.matvec(rows, lam, transpose_a=True)
+
+
+def closed_form_gradients(rows, grad_w, x_gamma, x_lambda):
+  """(dL/dx_gamma, dL/dx_lambda) from G = dL/dw at w = combine(...).
+
+  With c_i = <G, W_i> and c_bar = sum_i lambda_i c_i: dL/dx_gamma =
+  gamma c_bar and dL/dx_lambda_k = gamma lambda_k (c_k - c_bar).
+  """
+  c = tf.linalg.matvec(rows, grad_w)
+  lam = tf.nn.softmax(x_lambda)
+  c_bar = tf.reduce_sum(lam * c)
+  gamma = tf.exp(x_gamma)
+  return gamma * c_bar, gamma * lam * (c - c_bar)
+
+
+class SearchStage(NamedTuple):
+  """Server epochs of Adam on (x_gamma, x_lambda) with one schedule.
+
+  Attributes:
+    epochs: The number of passes over the proxy set.
+    learn_gamma: Whether x_gamma takes Adam steps (else it stays).
+    learn_lambda: Whether x_lambda takes Adam steps (else it stays).
+    lr_fn: server epoch -> Adam's learning rate.
+    swa: Whether x_lambda is, at the end, the mean of its values after the
+      epochs from `_SWA_START_EPOCH` on (stochastic weight averaging).
+  """
+
+  epochs: int
+  learn_gamma: bool
+  learn_lambda: bool
+  lr_fn: Callable[[tf.Tensor], tf.Tensor]
+  swa: bool
+
+
+def run_stage(
+  proxy: ProxyObjective, rows, x_gamma, x_lambda, stage: SearchStage
+):
+  """Adam (PyTorch semantics) over `stage.epochs` proxy epochs (Eq. 8-10).
+
+  Each step: the gradient G of the proxy loss on one batch at the combined
+  weights, its closed form in x_gamma and x_lambda, one Adam step each.
+
+  Returns:
+    (x_gamma, x_lambda) after the stage.
+  """
+  m = tf.zeros_like(x_lambda)
+  v = tf.zeros_like(x_lambda)
+  mg = tf.constant(0.0)
+  vg = tf.constant(0.0)
+  k = tf.constant(0.0)
+  swa_sum = tf.zeros_like(x_lambda)
+  swa_count = tf.constant(0.0)
+  for epoch in tf.range(stage.epochs):
+    lr = stage.lr_fn(epoch)
+    shuffled = shuffled_proxy(proxy, epoch)
+    for b in tf.range(proxy.num_batches):
+      x, y = proxy_batch(proxy, shuffled, b)
+      grad_w = batch_gradient(proxy, combine(rows, x_gamma, x_lambda), x, y)
+      grad_gamma, grad_lambda = closed_form_gradients(
+        rows, grad_w, x_gamma, x_lambda
+      )
+      k += 1.0
+      if stage.learn_gamma:
+        x_gamma, mg, vg = adam_step(x_gamma, mg, vg, grad_gamma, k, lr)
+      if stage.learn_lambda:
+        x_lambda, m, v = adam_step(x_lambda, m, v, grad_lambda, k, lr)
+    if stage.swa and epoch >= _SWA_START_EPOCH:
+      swa_sum += x_lambda
+      swa_count += 1.0
+  if stage.swa:
+    x_lambda = swa_sum / swa_count
+  return x_gamma, x_lambda
+
+
+def search(
+  proxy: ProxyObjective, rows, p, stages: tuple[SearchStage, ...], x_gamma0
+):
+  """The round's search for gamma and lambda, from the FedAvg model.
+
+  Starts at x_gamma = x_gamma0, x_lambda = log p and runs `stages`. A
+  non-finite result falls back to gamma = exp(x_gamma0), lambda = p.
+
+  Args:
+    proxy: The round's `ProxyObjective`.
+    rows: The client models W_i as rows, float32 [m, D].
+    p: The clients' normalised weights [m].
+    stages: The `SearchStage`s, in order (see `search_stages`).
+    x_gamma0: Python float, the initial log gamma.
+
+  Returns:
+    (gamma, lambda, proxy loss before, proxy loss after, fallback 0/1).
+  """
+  x_gamma0 = tf.constant(x_gamma0)
+  x_lambda0 = tf.math.log(p)
+  if proxy.num_examples:
+    loss_before = proxy_loss(proxy, combine(rows, x_gamma0, x_lambda0))
+  else:
+    loss_before = tf.constant(np.nan, tf.float32)
+  x_gamma, x_lambda = x_gamma0, x_lambda0
+  for stage in stages:
+    x_gamma, x_lambda = run_stage(proxy, rows, x_gamma, x_lambda, stage)
+  gamma = tf.exp(x_gamma)
+  lam = tf.nn.softmax(x_lambda)
+  if proxy.num_examples:
+    loss_after = proxy_loss(proxy, combine(rows, x_gamma, x_lambda))
+    ok = tf.reduce_all(
+      tf.math.is_finite(tf.concat([lam, [gamma, loss_after]], 0))
+    )
+  else:
+    loss_after = loss_before
+    ok = tf.constant(True)
+  gamma = tf.where(ok, gamma, tf.exp(x_gamma0))
+  lam = tf.where(ok, lam, p)
+  return gamma, lam, loss_before, loss_after, 1 - tf.cast(ok, tf.int32)
+
+
+def assemble_model(w, rows, kept, run_search):
+  """The new global model gamma* sum_i lambda*_i W_i (w if no client left).
+
+  Args:
+    w: The flat global trainable weights, float32 [D].
+    rows: The valid clients' models W_i as rows [m, D].
+    kept: Their weights [m] (normalised into p).
+    run_search: (rows, p) -> the result of `search`.
+
+  Returns:
+    (new flat weights, gamma, lambda [m], proxy loss before, after,
+    fallback); NaN losses and gamma = 1 when no client is left.
+  """
+
+  def with_clients():
+    p = kept / tf.reduce_sum(kept)
+    gamma, lam, before, after, fallback = run_search(rows, p)
+    new = gamma * tf.linalg.matvec(rows, lam, transpose_a=True)
+    return new, gamma, lam, before, after, fallback
+
+  def without_clients():
+    nan = tf.constant(np.nan, tf.float32)
+    return (
+      w,
+      tf.constant(1.0),
+      tf.zeros([0]),
+      nan,
+      nan,
+      tf.constant(0, tf.int32),
+    )
+
+  return tf.cond(tf.shape(kept)[0] > 0, with_clients, without_clients)
+
+
+# The options: which stages a variant runs; the finalizer that wires it all.
+
+
+def search_stages(variant, server_epochs, server_lr) -> tuple[SearchStage, ...]:
+  """The search of `variant` (see the module docstring) as stages."""
+  step_lr = functools.partial(_step_lr, server_lr)
+  if variant == 'swa':
+    half = server_epochs // 2
+    swa_lr = functools.partial(_swa_lr, server_lr)
+    return (
+      SearchStage(half, False, True, swa_lr, True),
+      SearchStage(half, True, False, step_lr, False),
+    )
+  if server_epochs == 0:
+    return ()
+  learn_gamma = variant in ('fedlaw', 'gamma', 'swa')
+  learn_lambda = variant in ('fedlaw', 'lambda', 'swa')
+  return (
+    SearchStage(server_epochs, learn_gamma, learn_lambda, step_lr, False),
+  )
+
+
+def finalizer_step(
+  proxy: ProxyObjective,
+  weights,
+  collected,
+  stages: tuple[SearchStage, ...],
+  x_gamma0: float,
+  max_clients: int,
+):
+  """One round at the server: (new trainable weights, measurements).
+
+  The valid clients' models are searched and combined (`assemble_model`); a
+  non-finite result is rejected (weights kept, `update_non_finite` = 1).
+
+  Args:
+    proxy: The round's `ProxyObjective`.
+    weights: The global trainable weights.
+    collected: `CollectAllFactory`'s result.
+    stages: The variant's `SearchStage`s (`search_stages`).
+    x_gamma0: The initial log gamma.
+    max_clients: The length of the `lambda` measurement.
+  """
+
+  @tf.function
+  def run_search(rows, p):
+    return search(proxy, rows, p, stages, x_gamma0)
+
+  w = collect.flatten(weights)
+  rows, kept, valid = on_collected.valid_client_models(w, collected)
+  num_kept = tf.shape(kept)[0]
+  new, gamma, lam, before, after, fallback = assemble_model(
+    w, rows, kept, run_search
+  )
+  finite = tf.reduce_all(tf.math.is_finite(new))  # Else keep the model.
+  new_weights = collect.unflatten(
+    tf.where(finite, new, w), proxy.trainable_type
+  )
+  # Each valid client's lambda at its row of the collected cohort.
+  positions = tf.boolean_mask(tf.range(tf.shape(valid)[0]), valid)
+  lambda_padded = tf.scatter_nd(positions[:, tf.newaxis], lam, [max_clients])
+  measurements = collections.OrderedDict(
+    gamma=gamma,
+    **{'lambda': lambda_padded},
+    num_clients=num_kept,
+    proxy_loss_before=before,
+    proxy_loss_after=after,
+    fallback=fallback,
+    update_non_finite=1 - tf.cast(finite, tf.int32),
+    num_dropped_clients=tf.shape(valid)[0] - num_kept,
+  )
+  return new_weights, measurements
+
+
 def build_fedlaw_finalizer(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   model_weights_type: tff.StructType,
@@ -227,212 +573,30 @@ def build_fedlaw_finalizer(
   else:
     x_proxy, y_proxy = proxy_arrays(proxy_data)
     check_no_batch_normalization(model_fn)
-  if proxy_loss_fn is None:
-    proxy_loss_fn = lambda y, logits: tf.reduce_mean(
-      tf.keras.losses.sparse_categorical_crossentropy(
-        y, logits, from_logits=True
-      )
-    )
   server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
-  learn_gamma = variant in ('fedlaw', 'gamma', 'swa')
-  learn_lambda = variant in ('fedlaw', 'lambda', 'swa')
-  num_proxy = len(x_proxy)
-  num_batches = -(-num_proxy // proxy_batch_size)
-
-  def initial_state():
-    return tf.constant(0, tf.int64)
+  new_proxy = functools.partial(
+    ProxyObjective,
+    trainable_type=trainable_type,
+    loss_fn=_default_proxy_loss if proxy_loss_fn is None else proxy_loss_fn,
+    x=x_proxy,
+    y=y_proxy,
+    batch_size=proxy_batch_size,
+    seed=seed,
+  )
+  stages = search_stages(variant, server_epochs, server_lr)
+  x_gamma0 = float(np.log(fixed_gamma)) if variant == 'fixed_gamma' else 0.0
 
   def step(round_num, weights, collected):
-    model = model_fn()
-    variables = model.trainable_variables
-
-    def assign(flat):
-      leaves = tf.nest.flatten(collect.unflatten(flat, trainable_type))
-      return [v.assign(leaf) for v, leaf in zip(variables, leaves)]
-
-    def shuffled_proxy(epoch):
-      """The proxy set (x, y) reshuffled for (seed, round, epoch)."""
-      seed_pair = tf.stack(
-        [
-          tf.constant(seed, tf.int64),
-          round_num * 100003 + tf.cast(epoch, tf.int64),
-        ]
-      )
-      order = tf.argsort(
-        tf.random.stateless_uniform([num_proxy], seed=seed_pair)
-      )
-      return (
-        tf.gather(tf.constant(x_proxy), order),
-        tf.gather(tf.constant(y_proxy), order),
-      )
-
-    def proxy_batch(proxy, b):
-      """Batch b of `proxy_batch_size` examples (the last may be smaller)."""
-      start = b * proxy_batch_size
-      return tuple(t[start : start + proxy_batch_size] for t in proxy)
-
-    @tf.function
-    def search(rows, p):
-      """Returns (gamma, lambda, loss before, loss after, fallback)."""
-
-      def combine(x_gamma, x_lambda):
-        lam = tf.nn.softmax(x_lambda)
-        return tf.exp(x_gamma) * tf.linalg.matvec(rows, lam, transpose_a=True)
-
-      def proxy_loss(flat):
-        # Mean over the whole proxy set, in the model's training mode.
-        with tf.control_dependencies(assign(flat)):
-          total = tf.constant(0.0)
-          count = tf.constant(0.0)
-          proxy = shuffled_proxy(0)
-          for b in tf.range(num_batches):
-            x, y = proxy_batch(proxy, b)
-            n = tf.cast(tf.shape(y)[0], tf.float32)
-            total += proxy_loss_fn(y, model.predict_on_batch(x, True)) * n
-            count += n
-          return tf.math.divide_no_nan(total, count)
-
-      def adam_stage(x_gamma, x_lambda, epochs, learn_g, learn_l, lr_fn, swa):
-        """Adam (PyTorch semantics) over `epochs` proxy epochs."""
-        m = tf.zeros_like(x_lambda)
-        v = tf.zeros_like(x_lambda)
-        mg = tf.constant(0.0)
-        vg = tf.constant(0.0)
-        k = tf.constant(0.0)
-        swa_sum = tf.zeros_like(x_lambda)
-        swa_count = tf.constant(0.0)
-        for epoch in tf.range(epochs):
-          lr = lr_fn(epoch)
-          proxy = shuffled_proxy(epoch)
-          for b in tf.range(num_batches):
-            x, y = proxy_batch(proxy, b)
-            flat = combine(x_gamma, x_lambda)
-            with tf.control_dependencies(assign(flat)):
-              with tf.GradientTape() as tape:
-                loss = proxy_loss_fn(y, model.predict_on_batch(x, True))
-              grads = tape.gradient(loss, variables)
-            g_flat = collect.flatten(
-              [
-                tf.zeros_like(w) if g is None else g
-                for g, w in zip(grads, variables)
-              ]
-            )
-            c = tf.linalg.matvec(rows, g_flat)
-            lam = tf.nn.softmax(x_lambda)
-            c_bar = tf.reduce_sum(lam * c)
-            gamma = tf.exp(x_gamma)
-            k += 1.0
-            if learn_g:
-              x_gamma, mg, vg = adam_step(x_gamma, mg, vg, gamma * c_bar, k, lr)
-            if learn_l:
-              x_lambda, m, v = adam_step(
-                x_lambda, m, v, gamma * lam * (c - c_bar), k, lr
-              )
-          if swa and epoch >= _SWA_START_EPOCH:
-            swa_sum += x_lambda
-            swa_count += 1.0
-        if swa:
-          x_lambda = swa_sum / swa_count
-        return x_gamma, x_lambda
-
-      x_gamma0 = tf.constant(
-        float(np.log(fixed_gamma)) if variant == 'fixed_gamma' else 0.0
-      )
-      x_lambda0 = tf.math.log(p)
-      if num_proxy:
-        loss_before = proxy_loss(combine(x_gamma0, x_lambda0))
-      else:
-        loss_before = tf.constant(np.nan, tf.float32)
-      x_gamma, x_lambda = x_gamma0, x_lambda0
-      if variant == 'swa':
-        half = server_epochs // 2
-        x_gamma, x_lambda = adam_stage(
-          x_gamma,
-          x_lambda,
-          half,
-          False,
-          True,
-          lambda e: _swa_lr(server_lr, e),
-          True,
-        )
-        x_gamma, x_lambda = adam_stage(
-          x_gamma,
-          x_lambda,
-          half,
-          True,
-          False,
-          lambda e: _step_lr(server_lr, e),
-          False,
-        )
-      elif server_epochs > 0:
-        x_gamma, x_lambda = adam_stage(
-          x_gamma,
-          x_lambda,
-          server_epochs,
-          learn_gamma,
-          learn_lambda,
-          lambda e: _step_lr(server_lr, e),
-          False,
-        )
-      gamma = tf.exp(x_gamma)
-      lam = tf.nn.softmax(x_lambda)
-      if num_proxy:
-        loss_after = proxy_loss(combine(x_gamma, x_lambda))
-        ok = tf.reduce_all(
-          tf.math.is_finite(tf.concat([lam, [gamma, loss_after]], 0))
-        )
-      else:
-        loss_after = loss_before
-        ok = tf.constant(True)
-      gamma = tf.where(ok, gamma, tf.exp(x_gamma0))
-      lam = tf.where(ok, lam, p)
-      return gamma, lam, loss_before, loss_after, 1 - tf.cast(ok, tf.int32)
-
-    w = collect.flatten(weights)
-    rows, kept, valid = on_collected.valid_client_models(w, collected)
-    num_kept = tf.shape(kept)[0]
-
-    def with_clients():
-      p = kept / tf.reduce_sum(kept)
-      gamma, lam, before, after, fallback = search(rows, p)
-      new = gamma * tf.linalg.matvec(rows, lam, transpose_a=True)
-      return new, gamma, lam, before, after, fallback
-
-    def without_clients():
-      nan = tf.constant(np.nan, tf.float32)
-      return (
-        w,
-        tf.constant(1.0),
-        tf.zeros([0]),
-        nan,
-        nan,
-        tf.constant(0, tf.int32),
-      )
-
-    new, gamma, lam, before, after, fallback = tf.cond(
-      num_kept > 0, with_clients, without_clients
-    )
-    finite = tf.reduce_all(tf.math.is_finite(new))  # Else keep the model.
-    new_weights = collect.unflatten(tf.where(finite, new, w), trainable_type)
-    # Each valid client's lambda at its row of the collected cohort.
-    positions = tf.boolean_mask(tf.range(tf.shape(valid)[0]), valid)
-    lambda_padded = tf.scatter_nd(positions[:, tf.newaxis], lam, [max_clients])
-    measurements = collections.OrderedDict(
-      gamma=gamma,
-      **{'lambda': lambda_padded},
-      num_clients=num_kept,
-      proxy_loss_before=before,
-      proxy_loss_after=after,
-      fallback=fallback,
-      update_non_finite=1 - tf.cast(finite, tf.int32),
-      num_dropped_clients=tf.shape(valid)[0] - num_kept,
+    proxy = new_proxy(model=model_fn(), round_num=round_num)
+    new_weights, measurements = finalizer_step(
+      proxy, weights, collected, stages, x_gamma0, max_clients
     )
     return round_num + 1, new_weights, measurements
 
   return server_step.build_server_step_finalizer(
     model_weights_type,
     on_collected.collected_type(trainable_type),
-    initial_state,
+    lambda: tf.constant(0, tf.int64),
     step,
   )
