@@ -86,7 +86,7 @@ _CITATION_PATTERNS = (
     r"\b(?:the|its|this|each|a|method's|their)\s+specs?\b(?!\s*[=(])",
     re.IGNORECASE,
   ),
-  re.compile(r'\(specs?[);,]', re.IGNORECASE),
+  re.compile(r'\(specs?\s*[);,:]', re.IGNORECASE),
 )
 # The project's own issue-tracker numbers mean nothing to a reader of a
 # clone (another project's issue, linked to its tracker, is fine).
@@ -387,6 +387,7 @@ class DocsTest(absltest.TestCase):
       'tff-0.87<m>',
       "the <s>'s defaults",
       'normalised to sum 1 (<s>) or',
+      'passes per round (<s>: 100)',
       'as the <s> expects',
     ):
       self.assertTrue(offends(_CITATION_PATTERNS, example(line)), line)

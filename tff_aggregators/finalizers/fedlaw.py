@@ -535,7 +535,7 @@ def build_fedlaw_finalizer(
       for `variant='fixed_gamma'`.
     max_clients: The collect-all capacity (pads the `lambda` measurement).
     variant: One of `VARIANTS` (see the module docstring).
-    server_epochs: E_s, passes over the proxy set per round (spec: 100).
+    server_epochs: E_s, passes over the proxy set per round (the paper: 100).
     server_lr: Adam's learning rate (official code: 0.01 for CIFAR-10, 0.005
       otherwise).
     proxy_batch_size: B_s (128).
