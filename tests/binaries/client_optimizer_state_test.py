@@ -1,0 +1,325 @@
+"""--client_optimizer_state on the binaries (docs/stateful_clients.md).
+
+Persistent client state with momentum 0 is the reset run exactly; with
+momentum it changes the result from the second round (a client sampled
+again resumes its momentum); a stopped run resumes to the uninterrupted one;
+1 and 2 workers agree; what cannot work is refused in one line before
+anything is written. Tiny runs: the MLP on 600 real Fashion-MNIST examples,
+6 clients, 3 per round (seed 1: rounds 1 and 2 share clients 2 and 5), run
+in this process as the binary's `main`; the refusals as a user runs them.
+"""
+
+import os
+import re
+import signal
+
+from absl import flags
+from absl.testing import absltest
+from absl.testing import flagsaver
+import numpy as np
+import tensorflow_federated as tff
+
+from experiments import experiment
+from experiments import registry
+from experiments import run_files
+from experiments import training
+from tests import test_utils
+import tff_aggregators
+from tff_aggregators import runtime
+
+_MODULE = 'experiments.fmnist'
+_STATES = 'train/client_work/client_states/clients_with_state'
+_LOSS = 'train/client_work/train/loss'
+
+
+def setUpModule():
+  global _DATA_DIR, _MARKER
+  _DATA_DIR = os.path.join(absltest.get_default_test_tmpdir(), 'fmnist')
+  test_utils.write_fashion_mnist_subset(_DATA_DIR, 600, 200)
+  _MARKER = test_utils.new_marker()
+
+
+def tearDownModule():
+  runtime.use_local_worker()
+  stray = test_utils.pids_with_marker(_MARKER)
+  for pid in stray:
+    os.kill(pid, signal.SIGKILL)
+  assert not stray, f'processes left behind: {stray}'
+
+
+def _flags(output_dir, **overrides):
+  values = dict(
+    aggregator='fedavg',
+    rounds=3,
+    num_clients=6,
+    clients_per_round=3,
+    model='mlp',
+    batch_size=20,
+    client_lr=0.05,
+    client_momentum=0.9,
+    data_dir=_DATA_DIR,
+    output_dir=output_dir,
+    seed=1,
+  )
+  values.update(overrides)
+  return values
+
+
+def _train(output_dir, **overrides):
+  """Runs the fmnist binary's `main` here; its metrics without timing."""
+  with flagsaver.flagsaver(**_flags(output_dir, **overrides)):
+    experiment.image_classification_main('fmnist')(['fmnist'])
+  return test_utils.metrics_without_timing(output_dir)
+
+
+def _common(rows, other_rows):
+  """Both runs' rows on the columns they share (persistent adds some)."""
+  keys = set(rows[0]) & set(other_rows[0])
+  return (
+    [{k: r[k] for k in keys} for r in rows],
+    [{k: r[k] for k in keys} for r in other_rows],
+  )
+
+
+class PersistentStateTest(absltest.TestCase):
+  """FedAvg with client momentum 0.9, persistent against reset."""
+
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    root = absltest.get_default_test_tmpdir()
+    cls.persistent = _train(
+      os.path.join(root, 'persistent'), client_optimizer_state='persistent'
+    )
+
+  def test_momentum_persists_from_the_second_round(self):
+    reset = _train(self.create_tempdir().full_path)
+    self.assertNotIn(_STATES, reset[0])
+    # Clients with a saved state: {1, 2, 5}, then 4, then 0 (3 never trains).
+    self.assertEqual([r[_STATES] for r in self.persistent], ['3', '4', '5'])
+    persistent, reset = _common(self.persistent, reset)
+    self.assertEqual(persistent[0], reset[0])  # Every client starts fresh.
+    for round_num in (2, 3):  # Clients 2 and 5 (then 1, 4) resume.
+      self.assertNotEqual(
+        persistent[round_num - 1][_LOSS], reset[round_num - 1][_LOSS]
+      )
+
+  def test_momentum_zero_is_the_reset_run_exactly(self):
+    reset = _train(self.create_tempdir().full_path, rounds=2, client_momentum=0)
+    persistent = _train(
+      self.create_tempdir().full_path,
+      rounds=2,
+      client_momentum=0,
+      client_optimizer_state='persistent',
+    )
+    self.assertEqual([r[_STATES] for r in persistent], ['3', '4'])
+    self.assertIn('test/loss', reset[0])
+    # Every training and test metric, as written: the same models.
+    self.assertEqual(*_common(persistent, reset))
+
+  def test_a_stopped_run_resumes_to_the_uninterrupted_one(self):
+    output_dir = self.create_tempdir().full_path
+    _train(output_dir, rounds=1, client_optimizer_state='persistent')
+    self.assertEqual(run_files.latest_checkpoint(output_dir), 1)
+    with self.assertLogs(level='INFO') as logs:
+      resumed = _train(output_dir, client_optimizer_state='persistent')
+    self.assertIn(
+      'Resuming from the checkpoint of round 1', '\n'.join(logs.output)
+    )
+    self.assertEqual(resumed, self.persistent)
+
+  def test_one_and_two_workers_agree(self):
+    workers = runtime.start_local_workers(2)
+    try:
+      two = _train(
+        self.create_tempdir().full_path,
+        client_optimizer_state='persistent',
+        workers=[w.address for w in workers],
+      )
+    finally:
+      for worker in workers:
+        worker.stop()
+      runtime.use_local_worker()
+    self.assertEqual(two[0].keys(), self.persistent[0].keys())
+    for row_two, row_one in zip(two, self.persistent, strict=True):
+      for key, value in row_one.items():
+        np.testing.assert_allclose(
+          float(row_two[key]), float(value), rtol=1e-5, atol=1e-6, err_msg=key
+        )
+
+  def test_the_flags_are_run_flags(self):
+    run_flags = experiment._run_flags('fedavg')  # pylint: disable=protected-access
+    self.assertEqual(run_flags['client_optimizer_state'], 'reset')
+    self.assertEqual(run_flags['client_train_fraction'], 1.0)
+    self.assertNotIn('max_client_state_mib', run_flags)  # Refuses or runs.
+    # A run saved before these flags existed resumes at their defaults.
+    output_dir = self.create_tempdir().full_path
+    training.write_json(
+      os.path.join(output_dir, run_files.CONFIG_JSON), dict(seed=0)
+    )
+    changed = experiment._changed_settings  # pylint: disable=protected-access
+    self.assertEqual(changed(output_dir, run_flags), {})
+    run_flags['client_optimizer_state'] = 'persistent'
+    self.assertEqual(
+      changed(output_dir, run_flags),
+      dict(client_optimizer_state=('reset', 'persistent')),
+    )
+
+
+class EveryMethodTest(absltest.TestCase):
+  """Each supported method's registry process, on the tiny model."""
+
+  def test_momentum_zero_persistent_is_reset_for_every_method(self):
+    runtime.use_local_worker()
+    rng = np.random.default_rng(0)
+    proxy = (
+      rng.normal(size=(20, 3)).astype(np.float32),
+      rng.integers(0, 2, size=20).astype(np.int64),
+    )
+    datasets = test_utils.tiny_client_datasets(6)
+    cohorts = [[0, 1, 2, 3], [1, 2, 4, 5]]
+    with flagsaver.flagsaver(fedlaw_server_epochs=2, fedlaw_proxy_batch_size=8):
+      for name in ('fedavg', 'fedglad', 'fedlaw', 'fedlws', 'fedsa'):
+        models = {}
+        for state in ('reset', 'persistent'):
+          process = registry.build_process(
+            name,
+            registry.ProcessInputs(
+              model_fn=test_utils.tiny_model_fn,
+              client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
+              server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+              server_optimizer='sgd',
+              clients_per_round=4,
+              num_clients=6,
+              proxy_data=proxy,
+              client_optimizer_state=state,
+            ),
+          )
+          if state == 'reset':
+            initial = process.get_model_weights(process.initialize())
+          server_state = process.set_model_weights(
+            process.initialize(), initial
+          )
+          for ids in cohorts:
+            cohort = [datasets[i] for i in ids]
+            if state == 'persistent':
+              cohort = tff_aggregators.with_client_ids(cohort, ids)
+            output = process.next(server_state, cohort)
+            server_state = output.state
+          models[state] = test_utils.flat_trainable(
+            process.get_model_weights(server_state)
+          )
+          if state == 'persistent':
+            self.assertEqual(
+              output.metrics['client_work']['client_states'][
+                'clients_with_state'
+              ],
+              6,
+              name,
+            )
+        np.testing.assert_array_equal(
+          models['persistent'], models['reset'], err_msg=name
+        )
+        self.assertFalse(
+          np.array_equal(models['reset'], test_utils.flat_trainable(initial))
+        )
+
+  def test_fedcda_and_fedprox_are_refused(self):
+    inputs = dict(
+      model_fn=test_utils.tiny_model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      server_optimizer='sgd',
+      clients_per_round=4,
+      num_clients=6,
+      client_optimizer_state='persistent',
+    )
+    with self.assertRaisesRegex(ValueError, 'does not combine with --agg'):
+      registry.build_process('fedcda', registry.ProcessInputs(**inputs))
+    with self.assertRaisesRegex(ValueError, r'--proximal_strength > 0'):
+      registry.build_process(
+        'fedlws', registry.ProcessInputs(**inputs, proximal_strength=0.1)
+      )
+
+
+def _problem_lines(stderr: str) -> list[str]:
+  """stderr without INFO logs, TF's C++ start-up logs and absl's usage hint."""
+  return [
+    l
+    for l in stderr.splitlines()
+    if l.strip()
+    and not re.match(r'I\d{4} |\d{4}-\d\d-\d\d ', l)
+    and 'rebuild TensorFlow' not in l
+    and '--helpshort' not in l
+  ]
+
+
+class RefusalTest(absltest.TestCase):
+  def assert_refused(self, overrides, *messages):
+    """Exit 1, one line naming the problem, no traceback, no file."""
+    output_dir = os.path.join(self.create_tempdir().full_path, 'run')
+    values = _flags(output_dir, client_optimizer_state='persistent')
+    values.update(overrides)
+    result = test_utils.run_module(
+      _MODULE,
+      [f'--{k}={v}' for k, v in values.items()],
+      marker=_MARKER,
+      check=False,
+    )
+    problems = _problem_lines(result.stderr)
+    self.assertEqual(result.returncode, 1, result.stderr[-2000:])
+    self.assertLen(problems, 1, problems)
+    for message in messages:
+      self.assertIn(message, problems[0])
+    self.assertNotIn('Traceback', result.stderr)
+    self.assertFalse(os.path.exists(output_dir))
+
+  def test_a_state_above_the_limit(self):
+    # 6 clients x 1 slot (momentum) x 199,210 MLP parameters x 4 bytes.
+    self.assert_refused(
+      dict(max_client_state_mib=4),
+      'error: --client_optimizer_state=persistent needs 6 clients x 1 '
+      'optimizer slots x 199,210 parameters x 4 bytes = 4.6 MiB',
+      'above --max_client_state_mib=4',
+      '--client_optimizer_state=reset, or raise --max_client_state_mib',
+    )
+
+  def test_fedcda(self):
+    self.assert_refused(
+      dict(aggregator='fedcda'),
+      '--client_optimizer_state=persistent does not combine with '
+      '--aggregator=fedcda',
+    )
+
+  def test_fedprox_at_parsing(self):
+    # In process: the validator `app.run` applies at parsing.
+    with flagsaver.flagsaver():
+      flags.FLAGS.proximal_strength = 0.1
+      with self.assertRaisesRegex(
+        flags.IllegalFlagValueError,
+        r'persistent does not combine with --proximal_strength > 0',
+      ):
+        flags.FLAGS.client_optimizer_state = 'persistent'
+
+  def test_the_size_is_printed_before_training(self):
+    output_dir = self.create_tempdir().full_path
+    with (
+      flagsaver.flagsaver(
+        **_flags(output_dir, client_optimizer_state='persistent')
+      ),
+      absltest.mock.patch('builtins.print') as printed,
+    ):
+      experiment._check_client_state(  # pylint: disable=protected-access
+        experiment.load_partitioned_task('fmnist')[0], 'fedavg'
+      )
+    printed.assert_called_once()
+    self.assertEqual(
+      printed.call_args.args[0],
+      'Persistent client optimiser state: 6 clients x 1 optimizer slots x '
+      '199,210 parameters x 4 bytes = 4.6 MiB in the server state, '
+      'broadcast to each of the 3 clients of a round (13.7 MiB per round).',
+    )
+
+
+if __name__ == '__main__':
+  absltest.main()
