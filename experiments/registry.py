@@ -15,14 +15,10 @@ import tensorflow_federated as tff
 
 import tff_aggregators
 from tff_aggregators.aggregators import dropped_clients
-from tff_aggregators.aggregators import fedglad
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.algorithms import fedcda_store
 from tff_aggregators.client_works import stateful
 from tff_aggregators.finalizers import fedcda
-from tff_aggregators.finalizers import fedlaw
-from tff_aggregators.finalizers import fedlws
-from tff_aggregators.finalizers import fedsa
 
 
 @dataclasses.dataclass(frozen=True)
@@ -199,7 +195,7 @@ FEDGLAD_BETA = flags.DEFINE_float(
 FEDGLAD_GROUPING = flags.DEFINE_enum(
   'fedglad_grouping',
   'per_variable',
-  fedglad.GROUPINGS,
+  [m.value for m in tff_aggregators.FedGladGrouping],
   'FedGLAD parameter groups: one per trainable variable, or the whole model.',
 )
 
@@ -236,14 +232,14 @@ FEDLWS_TAU_CLIP = flags.DEFINE_list(
 FEDLWS_TAU_MODE = flags.DEFINE_enum(
   'fedlws_tau_mode',
   'exact',
-  ('exact', 'rms'),
+  [m.value for m in tff_aggregators.FedLwsTauMode],
   'FedLWS tau: exact (paper Eq. 4, two aggregation phases; one worker '
   'only) or rms (one pass, an upper bound; works on several workers).',
 )
 FEDLWS_VARIANT = flags.DEFINE_enum(
   'fedlws_variant',
   'layer',
-  fedlws.GROUPINGS,
+  [m.value for m in tff_aggregators.FedLwsGrouping],
   'FedLWS: layer-wise (kernel+bias, +normalization), per Keras layer, or '
   'model-wise (one factor for the whole model).',
 )
@@ -275,7 +271,7 @@ def _fedlws(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
 FEDLAW_VARIANT = flags.DEFINE_enum(
   'fedlaw_variant',
   'fedlaw',
-  fedlaw.VARIANTS,
+  [m.value for m in tff_aggregators.FedLawVariant],
   'FedLAW: learn gamma and lambda, gamma only (adaptive GWS), lambda only '
   '(attentive LAW), the SWA two-stage variant, or a fixed gamma (no proxy).',
 )
@@ -349,13 +345,13 @@ FEDSA_CLUSTERS = flags.DEFINE_integer(
 FEDSA_ALPHA_NORMALIZATION = flags.DEFINE_enum(
   'fedsa_alpha_normalization',
   'sum_to_one',
-  fedsa.ALPHA_NORMALIZATIONS,
+  [m.value for m in tff_aggregators.FedSaAlphaNormalization],
   'FedSA cluster weights: normalised to sum 1 (our default) or literal Eq. 14.',
 )
 FEDSA_MIC_NORMALIZATION = flags.DEFINE_enum(
   'fedsa_mic_normalization',
   'per_coordinate_minmax',
-  fedsa.MIC_NORMALIZATIONS,
+  [m.value for m in tff_aggregators.FedSaMicNormalization],
   'FedSA Micro-Class binning (Eq. 8; the paper leaves its scale N undefined).',
 )
 FEDSA_MIC_SCALE = flags.DEFINE_float(
@@ -364,7 +360,7 @@ FEDSA_MIC_SCALE = flags.DEFINE_float(
 FEDSA_ZERO_MEAN_POLICY = flags.DEFINE_enum(
   'fedsa_zero_mean_policy',
   'inf_is_high',
-  fedsa.ZERO_MEAN_POLICIES,
+  [m.value for m in tff_aggregators.FedSaZeroMeanPolicy],
   'FedSA cv (Eq. 4) at a zero mean, which the paper leaves undefined.',
 )
 FEDSA_WEIGHTED_MEAN = flags.DEFINE_bool(
@@ -375,13 +371,13 @@ FEDSA_WEIGHTED_MEAN = flags.DEFINE_bool(
 FEDSA_LATE_JOIN_MODE = flags.DEFINE_enum(
   'fedsa_late_join_mode',
   'greedy_update',
-  fedsa.LATE_JOIN_MODES,
+  [m.value for m in tff_aggregators.FedSaLateJoinMode],
   'FedSA joins after S clusters exist (Step 3 of the paper).',
 )
 FEDSA_CLUSTER_SCOPE = flags.DEFINE_enum(
   'fedsa_cluster_scope',
   'per_tensor',
-  fedsa.CLUSTER_SCOPES,
+  [m.value for m in tff_aggregators.FedSaClusterScope],
   'FedSA clusters per tensor (Algorithm 1) or once over all tensors.',
 )
 
@@ -448,34 +444,34 @@ FEDCDA_HISTORY_DIR = flags.DEFINE_string(
 FEDCDA_SELECTION = flags.DEFINE_enum(
   'fedcda_selection',
   'approx',
-  list(fedcda.SELECTIONS),
+  [m.value for m in tff_aggregators.FedCdaSelection],
   'FedCDA selection: approx (eq. 8); newest or random are diagnostics.',
 )
 FEDCDA_DIVERGENCE = flags.DEFINE_enum(
   'fedcda_divergence',
   'squared_l2',
-  list(fedcda.DIVERGENCES),
+  [m.value for m in tff_aggregators.FedCdaDivergence],
   "FedCDA objective: squared_l2 (eq. 8) or the unofficial script's "
   'tensorwise_norm (diagnostic).',
 )
 FEDCDA_LATER_BATCHES = flags.DEFINE_enum(
   'fedcda_later_batches',
   'excluded',
-  list(fedcda.LATER_BATCHES),
+  [m.value for m in tff_aggregators.FedCdaLaterBatches],
   "Later batches in a batch's objective: excluded (eq. 8) or the "
   "script's included_at_previous_selection (diagnostic).",
 )
 FEDCDA_WARMUP_AGGREGATION = flags.DEFINE_enum(
   'fedcda_warmup_aggregation',
   'fedavg',
-  list(fedcda.WARMUP_AGGREGATIONS),
+  [m.value for m in tff_aggregators.FedCdaWarmupAggregation],
   "Warm-up rounds: fedavg (the paper) or the script's all_seen_newest "
   '(diagnostic).',
 )
 FEDCDA_BATCH_PARAM = flags.DEFINE_enum(
   'fedcda_batch_param',
   'num_batches',
-  list(fedcda.BATCH_PARAMS),
+  [m.value for m in tff_aggregators.FedCdaBatchParam],
   '--fedcda_batches is the number of batches (the paper) or, as in the '
   'script, clients per batch (diagnostic).',
 )

@@ -35,6 +35,22 @@ from tff_aggregators.finalizers.fedsa import build_fedsa_finalizer
 from tff_aggregators.finalizers.glad_adaptive import (
   build_glad_adaptive_finalizer,
 )
+from tff_aggregators.options import FedCdaBatchParam
+from tff_aggregators.options import FedCdaDivergence
+from tff_aggregators.options import FedCdaLaterBatches
+from tff_aggregators.options import FedCdaSelection
+from tff_aggregators.options import FedCdaWarmupAggregation
+from tff_aggregators.options import FedGladEmit
+from tff_aggregators.options import FedGladGrouping
+from tff_aggregators.options import FedGladServerUpdateScaling
+from tff_aggregators.options import FedLawVariant
+from tff_aggregators.options import FedLwsGrouping
+from tff_aggregators.options import FedLwsTauMode
+from tff_aggregators.options import FedSaAlphaNormalization
+from tff_aggregators.options import FedSaClusterScope
+from tff_aggregators.options import FedSaLateJoinMode
+from tff_aggregators.options import FedSaMicNormalization
+from tff_aggregators.options import FedSaZeroMeanPolicy
 from tff_aggregators.programs.data_sources import ClientDataSource
 from tff_aggregators.programs.data_sources import IdentifiedDataSource
 
@@ -44,8 +60,24 @@ __all__ = [
   'ClientDataSource',
   'CollectAllFactory',
   'DroppedClientsFactory',
+  'FedCdaBatchParam',
+  'FedCdaDivergence',
+  'FedCdaLaterBatches',
+  'FedCdaSelection',
+  'FedCdaWarmupAggregation',
+  'FedGladEmit',
   'FedGladFactory',
+  'FedGladGrouping',
+  'FedGladServerUpdateScaling',
+  'FedLawVariant',
+  'FedLwsGrouping',
   'FedLwsStatsFactory',
+  'FedLwsTauMode',
+  'FedSaAlphaNormalization',
+  'FedSaClusterScope',
+  'FedSaLateJoinMode',
+  'FedSaMicNormalization',
+  'FedSaZeroMeanPolicy',
   'HistoryStore',
   'IdentifiedDataSource',
   'InMemoryHistoryStore',

@@ -7,6 +7,7 @@ from absl.testing import parameterized
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators import runtime
 from tests import numpy_references
 from tff_aggregators.aggregators import fedglad
@@ -58,7 +59,8 @@ def two_client_round(gsi):
 
 class FedGladFactoryTest(parameterized.TestCase):
   @parameterized.product(
-    grouping=fedglad.GROUPINGS, gamma=[0.02, 0.3, math.inf]
+    grouping=[g.value for g in options.FedGladGrouping],
+    gamma=[0.02, 0.3, math.inf],
   )
   def test_matches_numpy_reference_over_rounds(self, grouping, gamma):
     rounds = random_rounds(num_rounds=6, num_clients=5)

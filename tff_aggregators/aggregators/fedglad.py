@@ -41,10 +41,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators import value_types
 
-GROUPINGS = ('per_variable', 'universal')
-EMITS = ('scaled_update', 'update_and_multipliers')
 _NAME = 'FedGladFactory'
 
 
@@ -110,8 +109,8 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
     *,
     gamma: float = 0.02,
     beta: float = 0.9,
-    grouping: str = 'per_variable',
-    emit: str = 'scaled_update',
+    grouping: options.FedGladGrouping = options.FedGladGrouping.PER_VARIABLE,
+    emit: options.FedGladEmit = options.FedGladEmit.SCALED_UPDATE,
     inner_agg_factory: Optional[
       tff.aggregators.WeightedAggregationFactory
     ] = None,
@@ -124,8 +123,10 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
       gamma: Bounding factor: s is clipped to [1 - gamma t, 1 + gamma t]
         (Eq. 15). 0 gives FedAvg exactly; `math.inf` removes the bounds.
       beta: Decay of the moving average of past GSIs (Eq. 12), in [0, 1).
-      grouping: `'per_variable'` (one group per leaf) or `'universal'`.
-      emit: `'scaled_update'` or `'update_and_multipliers'` (see class doc).
+      grouping: A `tff_aggregators.FedGladGrouping` or its string:
+        `'per_variable'` (one group per leaf) or `'universal'`.
+      emit: A `tff_aggregators.FedGladEmit` or its string: `'scaled_update'`
+        or `'update_and_multipliers'` (see class doc).
       inner_agg_factory: The weighted mean factory for the update and the
         squared norms;
         default `tff.aggregators.MeanFactory(no_nan_division=True)`.
@@ -141,12 +142,8 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
       raise ValueError(f'gamma must be >= 0 (or math.inf), got {gamma}.')
     if not 0 <= beta < 1:
       raise ValueError(f'beta must be in [0, 1), got {beta}.')
-    if grouping not in GROUPINGS:
-      raise ValueError(
-        f'grouping must be one of {GROUPINGS}, got {grouping!r}.'
-      )
-    if emit not in EMITS:
-      raise ValueError(f'emit must be one of {EMITS}, got {emit!r}.')
+    grouping = options.parse(options.FedGladGrouping, grouping, 'grouping')
+    emit = options.parse(options.FedGladEmit, emit, 'emit')
     if not (eps >= 0 and tiny >= 0):
       raise ValueError(f'eps and tiny must be >= 0, got {eps}, {tiny}.')
     if inner_agg_factory is None:
@@ -176,9 +173,9 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
     leaves = value_types.check_float_leaves(value_type, _NAME)
     weight_type = value_types.check_scalar_weight(weight_type, _NAME)
     num_leaves = len(leaves)
-    num_groups = num_leaves if self._grouping == 'per_variable' else 1
+    per_variable = self._grouping == options.FedGladGrouping.PER_VARIABLE
+    num_groups = num_leaves if per_variable else 1
     gamma, beta, eps, tiny = self._gamma, self._beta, self._eps, self._tiny
-    per_variable = self._grouping == 'per_variable'
     emit = self._emit
 
     packed_type = tff.types.to_type(
@@ -255,7 +252,7 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
       leaf_multipliers = (
         multiplier if per_variable else tf.tile(multiplier, [num_leaves])
       )
-      if emit == 'scaled_update':
+      if emit == options.FedGladEmit.SCALED_UPDATE:
         scaled = [
           leaf * tf.cast(leaf_multipliers[i], leaf.dtype)
           for i, leaf in enumerate(update_leaves)

@@ -35,9 +35,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators import value_types
 
-TAU_MODES = ('exact', 'rms')
 _NAME = 'FedLwsStatsFactory'
 
 
@@ -74,7 +74,7 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
     self,
     groups: Sequence[Sequence[int]],
     *,
-    tau_mode: str = 'exact',
+    tau_mode: options.FedLwsTauMode = options.FedLwsTauMode.EXACT,
     inner_agg_factory: Optional[
       tff.aggregators.WeightedAggregationFactory
     ] = None,
@@ -88,7 +88,8 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
       groups: The layers: lists of leaf indices (in `tf.nest.flatten` order of
         the value) partitioning all leaves; see
         `tff_aggregators.finalizers.fedlws.layer_groups`.
-      tau_mode: `'exact'` (paper Eq. 4, two phases) or `'rms'` (one pass).
+      tau_mode: A `tff_aggregators.FedLwsTauMode` or its string: `'exact'`
+        (paper Eq. 4, two phases) or `'rms'` (one pass).
       inner_agg_factory: Weighted factory for the mean update.
       stats_sum_factory: Unweighted factory for the sums of phase A and B.
 
@@ -96,10 +97,7 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
       ValueError: On an unknown `tau_mode` or empty groups.
       TypeError: On factories of the wrong kind.
     """
-    if tau_mode not in TAU_MODES:
-      raise ValueError(
-        f'tau_mode must be one of {TAU_MODES}, got {tau_mode!r}.'
-      )
+    tau_mode = options.parse(options.FedLwsTauMode, tau_mode, 'tau_mode')
     if not groups or any(not g for g in groups):
       raise ValueError(f'FedLWS groups must be non-empty, got {groups}.')
     inner_agg_factory = inner_agg_factory or tff.aggregators.MeanFactory(
@@ -136,7 +134,7 @@ class FedLwsStatsFactory(tff.aggregators.WeightedAggregationFactory):
     groups = self._groups
     check_groups(groups, len(leaves))
     num_groups = len(groups)
-    rms = self._tau_mode == 'rms'
+    rms = self._tau_mode == options.FedLwsTauMode.RMS
 
     mean_process = self._mean_factory.create(value_type, weight_type)
     float_leaves_type = tff.types.to_type(

@@ -7,6 +7,7 @@ from typing import Optional, Union
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators.aggregators import collect
 from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
@@ -36,11 +37,17 @@ def build_fedcda_process(
   smoothness: float = 1.0,
   warmup_rounds: int = 50,
   seed: int = 0,
-  selection: str = 'approx',
-  divergence: str = 'squared_l2',
-  later_batches: str = 'excluded',
-  warmup_aggregation: str = 'fedavg',
-  batch_param: str = 'num_batches',
+  selection: options.FedCdaSelection = options.FedCdaSelection.APPROX,
+  divergence: options.FedCdaDivergence = options.FedCdaDivergence.SQUARED_L2,
+  later_batches: options.FedCdaLaterBatches = (
+    options.FedCdaLaterBatches.EXCLUDED
+  ),
+  warmup_aggregation: options.FedCdaWarmupAggregation = (
+    options.FedCdaWarmupAggregation.FEDAVG
+  ),
+  batch_param: options.FedCdaBatchParam = (
+    options.FedCdaBatchParam.NUM_BATCHES
+  ),
   history_store: Optional[fedcda_store.HistoryStore] = None,
   local_epochs: Optional[int] = None,
   max_state_bytes: int = fedcda.DEFAULT_MAX_STATE_BYTES,
@@ -97,7 +104,8 @@ def build_fedcda_process(
     seed: Seeds the batch split.
     selection: 'approx' (eq. 8); 'newest' or 'random' are diagnostics
       (`tff_aggregators.finalizers.fedcda.FedCdaOptions` documents them and
-      the next four).
+      the next four). This and the next four take the
+      `tff_aggregators.FedCda*` enums or their strings.
     divergence: 'squared_l2' (eq. 8) or the script's 'tensorwise_norm'.
     later_batches: 'excluded' (eq. 8) or the script's
       'included_at_previous_selection'.
@@ -130,17 +138,27 @@ def build_fedcda_process(
       f'{builder}: model_distributor works with the in-state history only '
       '(history_store=None); the driver-side history broadcasts the model.'
     )
-  options = fedcda.FedCdaOptions(
+  cda_options = fedcda.FedCdaOptions(
     memory_size=memory_size,
     num_batches=num_batches,
     smoothness=smoothness,
     warmup_rounds=warmup_rounds,
     seed=seed,
-    selection=selection,
-    divergence=divergence,
-    later_batches=later_batches,
-    warmup_aggregation=warmup_aggregation,
-    batch_param=batch_param,
+    selection=options.parse(options.FedCdaSelection, selection, 'selection'),
+    divergence=options.parse(
+      options.FedCdaDivergence, divergence, 'divergence'
+    ),
+    later_batches=options.parse(
+      options.FedCdaLaterBatches, later_batches, 'later_batches'
+    ),
+    warmup_aggregation=options.parse(
+      options.FedCdaWarmupAggregation,
+      warmup_aggregation,
+      'warmup_aggregation',
+    ),
+    batch_param=options.parse(
+      options.FedCdaBatchParam, batch_param, 'batch_param'
+    ),
   )
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
@@ -164,7 +182,7 @@ def build_fedcda_process(
       update_type=update_type,
       num_clients=num_clients,
       max_clients=max_clients,
-      options=options,
+      options=cda_options,
       history_store=history_store,
     )
   finalizer = fedcda.build_fedcda_finalizer(
@@ -172,7 +190,7 @@ def build_fedcda_process(
     update_type,
     num_clients=num_clients,
     max_clients=max_clients,
-    options=options,
+    options=cda_options,
     max_state_bytes=max_state_bytes,
   )
   process = client_works.compose(

@@ -6,12 +6,11 @@ from typing import Optional
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators.aggregators import fedglad
 from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.finalizers import glad_adaptive
-
-SCALINGS = ('auto', 'update', 'first_moment')
 
 
 def build_fedglad_process(
@@ -34,8 +33,10 @@ def build_fedglad_process(
   proximal_strength: float = 0.0,
   gamma: float = 0.02,
   beta: float = 0.9,
-  grouping: str = 'per_variable',
-  server_update_scaling: str = 'auto',
+  grouping: options.FedGladGrouping = options.FedGladGrouping.PER_VARIABLE,
+  server_update_scaling: options.FedGladServerUpdateScaling = (
+    options.FedGladServerUpdateScaling.AUTO
+  ),
 ) -> tff.learning.templates.LearningProcess:
   """A FedAvg-style process whose server step is adapted by FedGLAD.
 
@@ -62,9 +63,11 @@ def build_fedglad_process(
     proximal_strength: FedProx's mu; 0 trains clients with plain FedAvg.
     gamma: FedGLAD's bounding factor (Eq. 15).
     beta: Decay of the GSI moving average (Eq. 12).
-    grouping: `'per_variable'` (paper default) or `'universal'`.
-    server_update_scaling: `'update'` (scale the update, for SGD-type
-      servers), `'first_moment'` (Adam/Yogi only) or `'auto'` (the first for
+    grouping: A `tff_aggregators.FedGladGrouping` or its string:
+      `'per_variable'` (paper default) or `'universal'`.
+    server_update_scaling: A `tff_aggregators.FedGladServerUpdateScaling` or
+      its string: `'update'` (scale the update, for SGD-type servers),
+      `'first_moment'` (Adam/Yogi only) or `'auto'` (the first for
       `build_sgdm`, the second for `build_adam`/`build_yogi`; other
       optimizers must choose).
     model_distributor: As in `build_weighted_fed_avg` (default: broadcast).
@@ -81,8 +84,8 @@ def build_fedglad_process(
     A `tff.learning.templates.LearningProcess`.
 
   Raises:
-    ValueError: On an unknown `server_update_scaling`, or one that does not
-      fit the server optimizer.
+    ValueError: On an unknown `grouping` or `server_update_scaling`, or a
+      scaling that does not fit the server optimizer.
   """
   checks.check_model_fn(model_fn, 'build_fedglad_process')
   if server_optimizer_fn is None:
@@ -92,22 +95,29 @@ def build_fedglad_process(
       'build_fedglad_process needs a tff.learning.optimizers.Optimizer as '
       f'server_optimizer_fn, got {server_optimizer_fn!r}.'
     )
-  if server_update_scaling not in SCALINGS:
-    raise ValueError(
-      f'server_update_scaling must be one of {SCALINGS}, got '
-      f'{server_update_scaling!r}.'
-    )
+  grouping = options.parse(options.FedGladGrouping, grouping, 'grouping')
+  scaling = options.parse(
+    options.FedGladServerUpdateScaling,
+    server_update_scaling,
+    'server_update_scaling',
+  )
   kind = glad_adaptive.optimizer_kind(server_optimizer_fn)
   adaptive = kind in glad_adaptive.ADAPTIVE_KINDS
-  if server_update_scaling == 'auto':
+  if scaling == options.FedGladServerUpdateScaling.AUTO:
     if kind is None:
       raise ValueError(
         'build_fedglad_process cannot tell how FedGLAD should scale the '
         f'update for {server_optimizer_fn!r}: pass '
         "server_update_scaling='update' to scale it before the optimizer."
       )
-    server_update_scaling = 'first_moment' if adaptive else 'update'
-  if server_update_scaling == 'first_moment' and not adaptive:
+    scaling = (
+      options.FedGladServerUpdateScaling.FIRST_MOMENT
+      if adaptive
+      else options.FedGladServerUpdateScaling.UPDATE
+    )
+  if (
+    scaling == options.FedGladServerUpdateScaling.FIRST_MOMENT and not adaptive
+  ):
     raise ValueError(
       "server_update_scaling='first_moment' needs a server optimizer built "
       'by tff.learning.optimizers.build_adam or build_yogi, got '
@@ -119,7 +129,7 @@ def build_fedglad_process(
     grouping=grouping,
     inner_agg_factory=model_aggregator,
   )
-  if server_update_scaling == 'update':
+  if scaling == options.FedGladServerUpdateScaling.UPDATE:
     aggregator = fedglad.FedGladFactory(**glad_options)
     if client_work is not None:
       return client_works.compose_with_server_optimizer(
@@ -164,7 +174,7 @@ def build_fedglad_process(
     client_work=client_work,
   )
   aggregator = fedglad.FedGladFactory(
-    emit='update_and_multipliers', **glad_options
+    emit=options.FedGladEmit.UPDATE_AND_MULTIPLIERS, **glad_options
   ).create(model_weights_type.trainable, tff.TensorType(np.float32))
   return client_works.compose(
     initial_model_weights_fn,

@@ -7,6 +7,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators.aggregators import collect
 from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
@@ -30,7 +31,7 @@ def build_fedlaw_process(
     tff.learning.LoopImplementation.DATASET_REDUCE
   ),
   client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
-  variant: str = 'fedlaw',
+  variant: options.FedLawVariant = options.FedLawVariant.FEDLAW,
   server_epochs: int = 100,
   server_lr: float = 0.005,
   proxy_batch_size: int = 128,
@@ -61,7 +62,8 @@ def build_fedlaw_process(
     client_work: Replaces the clients' model-delta client work (e.g.
       `build_stateful_client_work`); None: TFF's (FedProx's with
       `proximal_strength`).
-    variant: 'fedlaw', 'gamma', 'lambda', 'swa' or 'fixed_gamma'.
+    variant: A `tff_aggregators.FedLawVariant` or its string: 'fedlaw',
+      'gamma', 'lambda', 'swa' or 'fixed_gamma'.
     server_epochs: Server epochs over the proxy set per round.
     server_lr: The server Adam learning rate.
     proxy_batch_size: Proxy batch size.
@@ -74,7 +76,8 @@ def build_fedlaw_process(
   """
   checks.check_model_fn(model_fn, 'build_fedlaw_process')
   max_clients = checks.check_max_clients(max_clients, 'build_fedlaw_process')
-  if variant != 'fixed_gamma':
+  variant = options.parse(options.FedLawVariant, variant, 'variant')
+  if variant != options.FedLawVariant.FIXED_GAMMA:
     check_proxy_data(model_fn, proxy_data, proxy_loss_fn)
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result

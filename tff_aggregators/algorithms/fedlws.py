@@ -6,6 +6,7 @@ from typing import Optional, Union
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators.aggregators import fedlws_stats
 from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
@@ -35,8 +36,10 @@ def build_fedlws_process(
   proximal_strength: float = 0.0,
   beta: float = 0.1,
   tau_clip: Optional[tuple[float, float]] = None,
-  grouping: Union[str, Sequence[Sequence[int]]] = 'layer',
-  tau_mode: str = 'exact',
+  grouping: Union[options.FedLwsGrouping, Sequence[Sequence[int]]] = (
+    options.FedLwsGrouping.LAYER
+  ),
+  tau_mode: options.FedLwsTauMode = options.FedLwsTauMode.EXACT,
 ) -> tff.learning.templates.LearningProcess:
   """A FedAvg-style process whose new global model is shrunk by FedLWS.
 
@@ -69,15 +72,18 @@ def build_fedlws_process(
       paper (safe range 0.001-0.1); 0 is the base method.
     tau_clip: None (paper) or `(0.01, 0.2)` to clip beta * tau as the
       official code does.
-    grouping: `'layer'` (default: kernel + bias, see
-      `tff_aggregators.layer_groups`), `'keras_layer'`, `'model'`
-      (model-wise FedLWS), or explicit lists of trainable-variable indices.
-    tau_mode: `'exact'` (paper Eq. 4, two-phase) or `'rms'` (one pass).
+    grouping: A `tff_aggregators.FedLwsGrouping` or its string, `'layer'`
+      (default: kernel + bias, see `tff_aggregators.layer_groups`),
+      `'keras_layer'`, `'model'` (model-wise FedLWS), or explicit lists of
+      trainable-variable indices.
+    tau_mode: A `tff_aggregators.FedLwsTauMode` or its string: `'exact'`
+      (paper Eq. 4, two-phase) or `'rms'` (one pass).
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
   """
   checks.check_model_fn(model_fn, 'build_fedlws_process')
+  tau_mode = options.parse(options.FedLwsTauMode, tau_mode, 'tau_mode')
   if server_optimizer_fn is None:
     server_optimizer_fn = tff.learning.optimizers.build_sgdm(learning_rate=1.0)
   if isinstance(grouping, str):

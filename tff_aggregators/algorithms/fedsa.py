@@ -6,6 +6,7 @@ from typing import Optional
 import numpy as np
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators.aggregators import collect
 from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
@@ -33,13 +34,23 @@ def build_fedsa_process(
   sim_threshold: float = 0.2,
   num_categories: int = 4,
   max_clusters: int = 4,
-  alpha_normalization: str = 'sum_to_one',
-  mic_normalization: str = 'per_coordinate_minmax',
+  alpha_normalization: options.FedSaAlphaNormalization = (
+    options.FedSaAlphaNormalization.SUM_TO_ONE
+  ),
+  mic_normalization: options.FedSaMicNormalization = (
+    options.FedSaMicNormalization.PER_COORDINATE_MINMAX
+  ),
   mic_scale: float = 4.0,
-  zero_mean_policy: str = 'inf_is_high',
+  zero_mean_policy: options.FedSaZeroMeanPolicy = (
+    options.FedSaZeroMeanPolicy.INF_IS_HIGH
+  ),
   weighted_mean: bool = False,
-  late_join_mode: str = 'greedy_update',
-  cluster_scope: str = 'per_tensor',
+  late_join_mode: options.FedSaLateJoinMode = (
+    options.FedSaLateJoinMode.GREEDY_UPDATE
+  ),
+  cluster_scope: options.FedSaClusterScope = (
+    options.FedSaClusterScope.PER_TENSOR
+  ),
 ) -> tff.learning.templates.LearningProcess:
   """A learning process whose server aggregates with FedSA.
 
@@ -69,38 +80,45 @@ def build_fedsa_process(
     num_categories: C, the discretisation of the MIC estimate (paper: 4 for
       CIFAR-10, 5 for CIFAR-100, 8 for Tiny-ImageNet).
     max_clusters: S, the most clusters per tensor (as C).
-    alpha_normalization: 'sum_to_one' (cluster weights normalised) or
-      'literal' (Eq. 14 as printed).
-    mic_normalization: 'per_coordinate_minmax', 'per_tensor_minmax',
-      'quantile' or 'raw'.
+    alpha_normalization: A `tff_aggregators.FedSaAlphaNormalization` or
+      its string: 'sum_to_one' (cluster weights normalised) or 'literal'
+      (Eq. 14 as printed).
+    mic_normalization: A `tff_aggregators.FedSaMicNormalization` or its
+      string: 'per_coordinate_minmax', 'per_tensor_minmax', 'quantile' or
+      'raw'.
     mic_scale: The N of Eq. 8 (4).
-    zero_mean_policy: 'inf_is_high' or 'epsilon', for a zero-mean
-      coordinate's coefficient of variation.
+    zero_mean_policy: A `tff_aggregators.FedSaZeroMeanPolicy` or its
+      string: 'inf_is_high' or 'epsilon', for a zero-mean coordinate's
+      coefficient of variation.
     weighted_mean: False (Eq. 2's unweighted means) or True (by weights).
-    late_join_mode: 'greedy_update' (Algorithm 1) or 'frozen'.
-    cluster_scope: 'per_tensor' (Algorithm 1) or 'global'.
+    late_join_mode: A `tff_aggregators.FedSaLateJoinMode` or its string:
+      'greedy_update' (Algorithm 1) or 'frozen'.
+    cluster_scope: A `tff_aggregators.FedSaClusterScope` or its string:
+      'per_tensor' (Algorithm 1) or 'global'.
 
   Returns:
     A `tff.learning.templates.LearningProcess`.
   """
   checks.check_model_fn(model_fn, 'build_fedsa_process')
   max_clients = checks.check_max_clients(max_clients, 'build_fedsa_process')
+  sa_options = fedsa.check_options(
+    dict(
+      cv_threshold=cv_threshold,
+      sim_threshold=sim_threshold,
+      num_categories=num_categories,
+      max_clusters=max_clusters,
+      alpha_normalization=alpha_normalization,
+      mic_normalization=mic_normalization,
+      mic_scale=mic_scale,
+      zero_mean_policy=zero_mean_policy,
+      weighted_mean=weighted_mean,
+      late_join_mode=late_join_mode,
+      cluster_scope=cluster_scope,
+    )
+  )
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
-  finalizer = fedsa.build_fedsa_finalizer(
-    model_weights_type,
-    cv_threshold=cv_threshold,
-    sim_threshold=sim_threshold,
-    num_categories=num_categories,
-    max_clusters=max_clusters,
-    alpha_normalization=alpha_normalization,
-    mic_normalization=mic_normalization,
-    mic_scale=mic_scale,
-    zero_mean_policy=zero_mean_policy,
-    weighted_mean=weighted_mean,
-    late_join_mode=late_join_mode,
-    cluster_scope=cluster_scope,
-  )
+  finalizer = fedsa.build_fedsa_finalizer(model_weights_type, **sa_options)
   client_work = client_works.model_delta_client_work(
     model_fn,
     client_optimizer_fn,

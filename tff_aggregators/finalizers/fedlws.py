@@ -31,12 +31,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators import tff_compat
 from tff_aggregators import value_types
 from tff_aggregators.aggregators import fedlws_stats
 from tff_aggregators.finalizers import server_step
 
-GROUPINGS = ('layer', 'keras_layer', 'model')
 _CLOSERS = ('bias', 'beta')
 _TINY = 1e-12
 
@@ -46,31 +46,32 @@ def _variable_name(name: str) -> str:
 
 
 def layer_groups(
-  variable_names: Sequence[str], grouping: str = 'layer'
+  variable_names: Sequence[str],
+  grouping: options.FedLwsGrouping = options.FedLwsGrouping.LAYER,
 ) -> list[list[int]]:
   """FedLWS's layers as lists of indices into the trainable variables.
 
   Args:
     variable_names: `[v.name for v in model.trainable_variables]`.
-    grouping: `'layer'` (the authors' rule): walk the variables in order and
-      close a group after every bias or normalization beta, so a layer's
-      kernel and bias share a factor and a bias-free convolution joins the
-      normalization after it; trailing variables join the last group.
+    grouping: A `tff_aggregators.FedLwsGrouping` or its string. `'layer'`
+      (the authors' rule): walk the variables in order and close a group
+      after every bias or normalization beta, so a layer's kernel and bias
+      share a factor and a bias-free convolution joins the normalization
+      after it; trailing variables join the last group.
       `'keras_layer'`: one group per Keras layer (the name's prefix).
       `'model'`: one group (the paper's model-wise FedLWS, section 5.3).
 
   Returns:
     The groups, each a non-empty list of variable indices.
   """
-  if grouping not in GROUPINGS:
-    raise ValueError(f'grouping must be one of {GROUPINGS}, got {grouping!r}.')
+  grouping = options.parse(options.FedLwsGrouping, grouping, 'grouping')
   if not variable_names:
     raise ValueError('FedLWS needs at least one trainable variable.')
   names = [_variable_name(n) for n in variable_names]
-  if grouping == 'model':
+  if grouping == options.FedLwsGrouping.MODEL:
     return [list(range(len(names)))]
   groups, current = [], []
-  if grouping == 'keras_layer':
+  if grouping == options.FedLwsGrouping.KERAS_LAYER:
     prefixes = [n.rsplit('/', 1)[0] for n in names]
     for i, prefix in enumerate(prefixes):
       if current and prefixes[current[-1]] != prefix:
@@ -152,7 +153,7 @@ def keras_layer_groups(keras_model: tf.keras.Model) -> list[list[int]]:
 
 def model_layer_groups(
   model_fn: Callable[[], tff.learning.models.VariableModel],
-  grouping: str = 'layer',
+  grouping: options.FedLwsGrouping = options.FedLwsGrouping.LAYER,
 ) -> list[list[int]]:
   """FedLWS groups of the model `model_fn` builds (in a scratch graph).
 
@@ -160,11 +161,12 @@ def model_layer_groups(
   Keras connectivity decides (`keras_layer_groups`); otherwise the variable
   names do (`layer_groups`).
   """
+  grouping = options.parse(options.FedLwsGrouping, grouping, 'grouping')
   with tf.Graph().as_default():
     model = model_fn()
     names = [v.name for v in model.trainable_variables]
     keras_model = tff_compat.keras_model_of(model)
-    if grouping == 'layer' and keras_model is not None:
+    if grouping == options.FedLwsGrouping.LAYER and keras_model is not None:
       try:
         return keras_layer_groups(keras_model)
       except ValueError:

@@ -31,35 +31,42 @@ model; K = 1 takes that client's model. FedSA replaces the global model
 """
 
 import collections
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators import value_types
 from tff_aggregators.aggregators import collect
 from tff_aggregators.finalizers import on_collected
 from tff_aggregators.finalizers import server_step
 
-ALPHA_NORMALIZATIONS = ('sum_to_one', 'literal')
-MIC_NORMALIZATIONS = (
-  'per_coordinate_minmax',
-  'per_tensor_minmax',
-  'quantile',
-  'raw',
+# The options with a fixed set of values: name -> its enum.
+_CHOICES = dict(
+  alpha_normalization=options.FedSaAlphaNormalization,
+  mic_normalization=options.FedSaMicNormalization,
+  zero_mean_policy=options.FedSaZeroMeanPolicy,
+  late_join_mode=options.FedSaLateJoinMode,
+  cluster_scope=options.FedSaClusterScope,
 )
-ZERO_MEAN_POLICIES = ('inf_is_high', 'epsilon')
-LATE_JOIN_MODES = ('greedy_update', 'frozen')
-CLUSTER_SCOPES = ('per_tensor', 'global')
 _UNASSIGNED, _UNCLUSTERED = -2, -1
 _EPSILON = 1e-12
+
+
+def _parse(name: str, value):
+  """The member of option `name`'s enum that `value` names."""
+  return options.parse(_CHOICES[name], value, name)
 
 
 def greedy_macro_classes(
   sim: tf.Tensor,
   max_clusters: int,
   sim_threshold: float,
-  late_join_mode: str = 'greedy_update',
+  late_join_mode: options.FedSaLateJoinMode = (
+    options.FedSaLateJoinMode.GREEDY_UPDATE
+  ),
 ) -> tf.Tensor:
   """GREEDY_MAC (Steps 1-3): int32 [K], a cluster id or -1 (unclustered).
 
@@ -67,15 +74,17 @@ def greedy_macro_classes(
     sim: float32 [K, K] client similarities.
     max_clusters: S.
     sim_threshold: sim_t, for joins once S clusters exist (strict >).
-    late_join_mode: 'greedy_update' (cluster averages updated after every
-      join) or 'frozen' (once S clusters exist, clients are compared with the
+    late_join_mode: A `tff_aggregators.FedSaLateJoinMode` or its string:
+      'greedy_update' (cluster averages updated after every join) or
+      'frozen' (once S clusters exist, clients are compared with the
       clusters as they were then).
   """
+  late_join_mode = _parse('late_join_mode', late_join_mode)
   k = tf.shape(sim)[0]
   neg_inf = tf.constant(-np.inf, tf.float32)
   upper = tf.linalg.band_part(tf.ones([k, k], tf.bool), 0, -1)
   upper = tf.logical_and(upper, tf.logical_not(tf.eye(k, dtype=tf.bool)))
-  frozen = late_join_mode == 'frozen'
+  frozen = late_join_mode == options.FedSaLateJoinMode.FROZEN
 
   def body(assign, num_clusters, done, snapshot, taken):
     free = tf.equal(assign, _UNASSIGNED)
@@ -154,9 +163,9 @@ def tensor_statistics(
   *,
   cv_threshold: float,
   num_categories: int,
-  mic_normalization: str,
+  mic_normalization: options.FedSaMicNormalization,
   mic_scale: float,
-  zero_mean_policy: str,
+  zero_mean_policy: options.FedSaZeroMeanPolicy,
 ) -> dict[str, tf.Tensor]:
   """Eqs. 2-9 for one tensor x [K, M]; client_weights [K] sum to 1.
 
@@ -167,7 +176,7 @@ def tensor_statistics(
   d = tf.square(x - mu)
   sigma = tf.sqrt(_weighted_mean(d, client_weights))
   inf = tf.constant(np.inf, tf.float32)
-  if zero_mean_policy == 'epsilon':
+  if zero_mean_policy == options.FedSaZeroMeanPolicy.EPSILON:
     cv = sigma / tf.maximum(tf.abs(mu), _EPSILON)
   else:
     cv = tf.where(
@@ -190,7 +199,7 @@ def tensor_statistics(
   high_index = tf.where(cv_normalized > cv_threshold)[:, 0]
   x_high = tf.gather(x, high_index, axis=1)
   d_high = tf.gather(d, high_index, axis=1)
-  if mic_normalization == 'quantile':
+  if mic_normalization == options.FedSaMicNormalization.QUANTILE:
     # Equal-mass bins: the rank of each client's deviation at a coordinate.
     ranks = tf.cast(
       tf.argsort(tf.argsort(d_high, axis=0, stable=True), axis=0),
@@ -199,10 +208,11 @@ def tensor_statistics(
     k = tf.cast(tf.shape(x)[0], tf.float32)
     category = tf.cast(tf.floor(ranks * num_categories / k), tf.int32) + 1
   else:
-    if mic_normalization == 'raw':
+    if mic_normalization == options.FedSaMicNormalization.RAW:
       scaled = d_high * mic_scale / num_categories
     else:
-      axis = 0 if mic_normalization == 'per_coordinate_minmax' else None
+      per_coordinate = options.FedSaMicNormalization.PER_COORDINATE_MINMAX
+      axis = 0 if mic_normalization == per_coordinate else None
       d_low = tf.reduce_min(d_high, axis=axis)
       d_span = tf.reduce_max(d_high, axis=axis) - d_low
       scaled = tf.math.divide_no_nan(d_high - d_low, d_span)
@@ -231,7 +241,7 @@ def aggregate_high(
   *,
   num_categories: int,
   max_clusters: int,
-  alpha_normalization: str,
+  alpha_normalization: options.FedSaAlphaNormalization,
   weighted_mean: bool,
 ) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
   """Eqs. 11-15: the tensor with its high coordinates from the clusters."""
@@ -245,7 +255,7 @@ def aggregate_high(
     max_clusters * num_categories
   )
   alpha = tf.where(size[:, None] > 0, alpha, 0.0)
-  if alpha_normalization == 'sum_to_one':
+  if alpha_normalization == options.FedSaAlphaNormalization.SUM_TO_ONE:
     alpha = tf.math.divide_no_nan(alpha, tf.reduce_sum(alpha, axis=0))
   mass = members * client_weights[None, :] if weighted_mean else members
   cluster_means = tf.math.divide_no_nan(
@@ -277,20 +287,37 @@ def fedsa(
   sim_threshold: float = 0.2,
   num_categories: int = 4,
   max_clusters: int = 4,
-  alpha_normalization: str = 'sum_to_one',
-  mic_normalization: str = 'per_coordinate_minmax',
+  alpha_normalization: options.FedSaAlphaNormalization = (
+    options.FedSaAlphaNormalization.SUM_TO_ONE
+  ),
+  mic_normalization: options.FedSaMicNormalization = (
+    options.FedSaMicNormalization.PER_COORDINATE_MINMAX
+  ),
   mic_scale: float = 4.0,
-  zero_mean_policy: str = 'inf_is_high',
+  zero_mean_policy: options.FedSaZeroMeanPolicy = (
+    options.FedSaZeroMeanPolicy.INF_IS_HIGH
+  ),
   weighted_mean: bool = False,
-  late_join_mode: str = 'greedy_update',
-  cluster_scope: str = 'per_tensor',
+  late_join_mode: options.FedSaLateJoinMode = (
+    options.FedSaLateJoinMode.GREEDY_UPDATE
+  ),
+  cluster_scope: options.FedSaClusterScope = (
+    options.FedSaClusterScope.PER_TENSOR
+  ),
 ) -> tuple[list[tf.Tensor], dict[str, tf.Tensor]]:
   """FedSA over client models: tensors[j] is float32 [K, M_j], K >= 1.
 
   `client_weights` [K] (e.g. example counts) are used only with
-  `weighted_mean=True`. Returns the aggregated tensors [M_j] and per-tensor
-  diagnostics (`high_fraction`, `clusters`, `unclustered`, stacked [J]).
+  `weighted_mean=True`. The options with a fixed set of values take the
+  `tff_aggregators.FedSa*` enums or their strings. Returns the aggregated
+  tensors [M_j] and per-tensor diagnostics (`high_fraction`, `clusters`,
+  `unclustered`, stacked [J]).
   """
+  alpha_normalization = _parse('alpha_normalization', alpha_normalization)
+  mic_normalization = _parse('mic_normalization', mic_normalization)
+  zero_mean_policy = _parse('zero_mean_policy', zero_mean_policy)
+  late_join_mode = _parse('late_join_mode', late_join_mode)
+  cluster_scope = _parse('cluster_scope', cluster_scope)
   k = tf.shape(tensors[0])[0]
   weights = (
     client_weights / tf.reduce_sum(client_weights)
@@ -312,7 +339,8 @@ def fedsa(
   cluster = lambda sim: greedy_macro_classes(
     sim, max_clusters, sim_threshold, late_join_mode
   )
-  if cluster_scope == 'global':  # One clustering on all high coordinates.
+  # GLOBAL: one clustering on all high coordinates.
+  if cluster_scope == options.FedSaClusterScope.GLOBAL:
     same, num_high = zip(*[agreement(st['mic']) for st in stats])
     assign = cluster(tf.math.divide_no_nan(tf.add_n(same), tf.add_n(num_high)))
     assigns = [assign] * len(stats)
@@ -337,21 +365,57 @@ def fedsa(
   return outputs, {key: tf.stack(v) for key, v in diagnostics.items()}
 
 
-def fedsa_tensor(x: tf.Tensor, **options) -> tuple[tf.Tensor, dict]:
+def fedsa_tensor(x: tf.Tensor, **fedsa_options) -> tuple[tf.Tensor, dict]:
   """`fedsa` of one tensor x [K, M] with unit client weights."""
-  (out,), diagnostics = fedsa([x], tf.ones([tf.shape(x)[0]]), **options)
+  (out,), diagnostics = fedsa([x], tf.ones([tf.shape(x)[0]]), **fedsa_options)
   return out, {key: value[0] for key, value in diagnostics.items()}
+
+
+def check_options(fedsa_options: dict[str, Any]) -> dict[str, Any]:
+  """`fedsa`'s options with the enum-valued ones parsed to their members.
+
+  Raises:
+    ValueError: On an unknown option or a value out of range.
+  """
+  known = set(_CHOICES) | {
+    'cv_threshold',
+    'sim_threshold',
+    'num_categories',
+    'max_clusters',
+    'mic_scale',
+    'weighted_mean',
+  }
+  unknown = set(fedsa_options) - known
+  if unknown:
+    raise ValueError(
+      f'Unknown FedSA options {sorted(unknown)}; known: {sorted(known)}.'
+    )
+  fedsa_options = dict(fedsa_options)
+  for name in _CHOICES:
+    if name in fedsa_options:
+      fedsa_options[name] = _parse(name, fedsa_options[name])
+  num_categories = fedsa_options.get('num_categories', 4)
+  max_clusters = fedsa_options.get('max_clusters', 4)
+  if num_categories < 1 or max_clusters < 1:
+    raise ValueError(
+      'num_categories and max_clusters must be >= 1, got '
+      f'{num_categories}, {max_clusters}.'
+    )
+  for name in ('cv_threshold', 'sim_threshold'):
+    if not 0 <= fedsa_options.get(name, 0.2) <= 1:
+      raise ValueError(f'{name} must be in [0, 1], got {fedsa_options[name]}.')
+  return fedsa_options
 
 
 def build_fedsa_finalizer(
   model_weights_type: tff.StructType,
-  **options,
+  **fedsa_options,
 ) -> tff.learning.templates.FinalizerProcess:
   """The FedSA finalizer; its update is `CollectAllFactory`'s result.
 
   Args:
     model_weights_type: The `tff.learning.models.ModelWeights` type.
-    **options: The options of `fedsa`, with their defaults:
+    **fedsa_options: The options of `fedsa`, with their defaults:
       cv_threshold (cv_t, 0.2), sim_threshold (sim_t, 0.2), num_categories
       (C: paper 4 CIFAR-10, 5 CIFAR-100, 8 Tiny-ImageNet), max_clusters (S,
       as C), alpha_normalization ('sum_to_one' | 'literal', Eq. 14 as
@@ -360,7 +424,8 @@ def build_fedsa_finalizer(
       zero_mean_policy ('inf_is_high' | 'epsilon'), weighted_mean (False:
       Eq. 2's unweighted means; True: by the clients' weights),
       late_join_mode ('greedy_update' | 'frozen'), cluster_scope
-      ('per_tensor' as Algorithm 1 | 'global').
+      ('per_tensor' as Algorithm 1 | 'global'). The five with a fixed set
+      of values take the `tff_aggregators.FedSa*` enums or their strings.
 
   Returns:
     A `FinalizerProcess` with empty state. Measurements: `num_clients`,
@@ -373,41 +438,7 @@ def build_fedsa_finalizer(
   Raises:
     ValueError: On an unknown option or value.
   """
-  choices = dict(
-    alpha_normalization=ALPHA_NORMALIZATIONS,
-    mic_normalization=MIC_NORMALIZATIONS,
-    zero_mean_policy=ZERO_MEAN_POLICIES,
-    late_join_mode=LATE_JOIN_MODES,
-    cluster_scope=CLUSTER_SCOPES,
-  )
-  known = set(choices) | {
-    'cv_threshold',
-    'sim_threshold',
-    'num_categories',
-    'max_clusters',
-    'mic_scale',
-    'weighted_mean',
-  }
-  unknown = set(options) - known
-  if unknown:
-    raise ValueError(
-      f'Unknown FedSA options {sorted(unknown)}; known: {sorted(known)}.'
-    )
-  for name, allowed in choices.items():
-    if name in options and options[name] not in allowed:
-      raise ValueError(
-        f'{name} must be one of {allowed}, got {options[name]!r}.'
-      )
-  if options.get('num_categories', 4) < 1 or options.get('max_clusters', 4) < 1:
-    raise ValueError(
-      'num_categories and max_clusters must be >= 1, got '
-      f'{options.get("num_categories")}, '
-      f'{options.get("max_clusters")}.'
-    )
-  for name in ('cv_threshold', 'sim_threshold'):
-    if not 0 <= options.get(name, 0.2) <= 1:
-      raise ValueError(f'{name} must be in [0, 1], got {options[name]}.')
-
+  fedsa_options = check_options(fedsa_options)
   server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
   sizes = [
@@ -432,7 +463,7 @@ def build_fedsa_finalizer(
 
     def aggregate():
       outputs, diagnostics = fedsa(
-        tf.split(models, sizes, axis=1), client_weights, **options
+        tf.split(models, sizes, axis=1), client_weights, **fedsa_options
       )
       return tf.concat(outputs, 0), diagnostics
 
