@@ -1,5 +1,6 @@
-"""The pip package ships every library module."""
+"""The pip package ships every library module; each package has `__all__`."""
 
+import importlib
 import os
 import tomllib
 
@@ -23,6 +24,30 @@ class PackagingTest(absltest.TestCase):
           os.sep, '.'
         )
         self.assertIn(package, packages)
+
+  def test_every_package_declares_its_public_names(self):
+    library = os.path.join(test_utils.REPO_ROOT, 'tff_aggregators')
+    for directory, _, files in os.walk(library):
+      if '__init__.py' not in files:
+        continue
+      package = os.path.relpath(directory, test_utils.REPO_ROOT).replace(
+        os.sep, '.'
+      )
+      module = importlib.import_module(package)
+      self.assertTrue(hasattr(module, '__all__'), package)
+      self.assertNotEmpty(module.__all__, package)
+      submodules = {
+        f[: -len('.py')]
+        for f in files
+        if f.endswith('.py') and not f.startswith('_')
+      }
+      for name in module.__all__:
+        if name in submodules:
+          importlib.import_module(f'{package}.{name}')
+        else:
+          self.assertTrue(hasattr(module, name), f'{package}.{name}')
+      if set(module.__all__) <= submodules:  # A package of modules: all.
+        self.assertEqual(set(module.__all__), submodules, package)
 
 
 if __name__ == '__main__':

@@ -1,1 +1,6 @@
 """`tff.program` pieces for the methods here."""
+
+# The public modules (imported as modules; the package re-exports nothing).
+__all__ = [
+  'data_sources',
+]
