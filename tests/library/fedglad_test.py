@@ -353,5 +353,31 @@ class ValidationTest(parameterized.TestCase):
       process.next(process.initialize(), [[np.zeros(2, np.float32)]], [1.0])
 
 
+class GradientSimilarityTest(absltest.TestCase):
+  """Eq. 9's GSI per group, called directly."""
+
+  def test_a_group_at_the_degeneracy_threshold_is_degenerate(self):
+    # "q or ||gbar||^2 <= tiny": a group exactly at `tiny` is degenerate.
+    gsi, valid = fedglad.gradient_similarity(
+      np.array([0.5, 4.0, 4.0], np.float32),
+      np.array([0.25, 0.5, 1.0], np.float32),
+      eps=0.0,
+      tiny=0.5,
+    )
+    np.testing.assert_array_equal(valid, [False, False, True])
+    np.testing.assert_allclose(gsi, [1.0, 1.0, 2.0], rtol=1e-6)
+
+  def test_gsi_is_at_least_one_when_rounding_puts_q_below_the_mean(self):
+    # Mathematically q >= ||gbar||^2; in float32 q can come out just below.
+    gsi, valid = fedglad.gradient_similarity(
+      np.array([0.999], np.float32),
+      np.array([1.0], np.float32),
+      eps=0.0,
+      tiny=1e-30,
+    )
+    np.testing.assert_array_equal(valid, [True])
+    np.testing.assert_array_equal(gsi, [1.0])
+
+
 if __name__ == '__main__':
   absltest.main()
