@@ -5,6 +5,7 @@ import inspect
 
 from absl.testing import absltest
 from absl.testing import parameterized
+import tensorflow_federated as tff
 
 import tff_aggregators
 from tff_aggregators import options
@@ -178,6 +179,16 @@ class ParseTest(parameterized.TestCase):
           ValueError, f'^{name} must be one of .*{enum_cls.__name__}'
         ):
           builder(_model_fn, None, **kwargs)
+
+  def test_fedglad_with_adam_refuses_a_grouping_before_building(self):
+    # Its factory is made after the client work there: the builder checks.
+    with self.assertRaisesRegex(ValueError, '^grouping must be one of'):
+      tff_aggregators.build_fedglad_process(
+        _model_fn,
+        None,
+        tff.learning.optimizers.build_adam(0.1),
+        grouping='per_layer',
+      )
 
 
 if __name__ == '__main__':
