@@ -102,6 +102,14 @@ class FedSaTensorTest(parameterized.TestCase):
       literal, [1.0, 0.505, 0.00125, 0.15, -0.2, 0.0075], atol=1e-6
     )
 
+  def test_unit_weights_give_the_same_weighted_mean(self):
+    # fedsa_tensor's clients weigh 1 each: weighted_mean changes nothing.
+    plain, _ = fedsa.fedsa_tensor(tf.constant(_X), **_OPTIONS)
+    weighted, _ = fedsa.fedsa_tensor(
+      tf.constant(_X), weighted_mean=True, **_OPTIONS
+    )
+    np.testing.assert_allclose(weighted, plain, rtol=1e-6, atol=1e-7)
+
   @parameterized.product(k=[3, 6, 10], categories=[2, 4], literal=[False, True])
   def test_random_tensors_match_numpy(self, k, categories, literal):
     rng = np.random.default_rng(k * 10 + categories)
