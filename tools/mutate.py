@@ -79,8 +79,12 @@ TESTS = {
   'tff_aggregators/finalizers/fedlws.py': ['library.fedlws_test'],
   'tff_aggregators/finalizers/fedsa.py': ['library.fedsa_test'],
   'tff_aggregators/finalizers/glad_adaptive.py': ['library.glad_adaptive_test'],
-  'tff_aggregators/finalizers/on_collected.py': ['library.fedsa_test'],
+  'tff_aggregators/finalizers/on_collected.py': [
+    'library.on_collected_test',
+    'library.fedsa_test',
+  ],
   'tff_aggregators/finalizers/server_step.py': [
+    'library.server_step_test',
     'library.fedlws_test',
     'library.nonfinite_step_test',
   ],
