@@ -291,6 +291,43 @@ def delta_and_weight(
   return delta, weight, non_finite
 
 
+def batch_examples(output) -> tf.Tensor:
+  """A batch's examples (int64), as TFF's client work counts them."""
+  if output.num_examples is None:
+    return tf.shape(output.predictions, out_type=tf.int64)[0]
+  return tf.cast(output.num_examples, tf.int64)
+
+
+def start_weights(model, initial_weights) -> tff.learning.models.ModelWeights:
+  """The model's weights (variables), set to `initial_weights`."""
+  weights = tff.learning.models.ModelWeights.from_model(model)
+  tf.nest.map_structure(lambda a, b: a.assign(b), weights, initial_weights)
+  return weights
+
+
+def local_step(model, optimizer, weights, optimizer_state, batch):
+  """One step of TFF's local training; (new optimizer state, output).
+
+  The gradient of the batch's loss through `model.forward_pass`, the
+  optimizer's `next` on the flattened trainable weights, and the new
+  weights assigned, as `build_model_delta_update_with_tff_optimizer`.
+  """
+  with tf.GradientTape() as tape:
+    output = model.forward_pass(batch, training=True)
+  gradients = tape.gradient(output.loss, weights.trainable)
+  optimizer_state, updated = optimizer.next(
+    optimizer_state,
+    tuple(tf.nest.flatten(weights.trainable)),
+    tuple(tf.nest.flatten(gradients)),
+  )
+  tf.nest.map_structure(
+    lambda a, b: a.assign(b),
+    weights.trainable,
+    tf.nest.pack_sequence_as(weights.trainable, updated),
+  )
+  return optimizer_state, output
+
+
 def _build_training(
   model_fn, optimizer, client_weighting, loop_implementation, local_epochs
 ):
@@ -306,33 +343,16 @@ def _build_training(
   model = model_fn()
   training_loop = tff_compat.build_training_loop(loop_implementation)
 
-  def batch_size(output):
-    if output.num_examples is None:
-      return tf.shape(output.predictions, out_type=tf.int64)[0]
-    return tf.cast(output.num_examples, tf.int64)
-
   @tf.function
   def train(initial_weights, data, hparams):
-    weights = tff.learning.models.ModelWeights.from_model(model)
-    tf.nest.map_structure(lambda a, b: a.assign(b), weights, initial_weights)
+    weights = start_weights(model, initial_weights)
 
     def reduce_fn(state, element):
       num_examples, client_id, sizes, losses, optimizer_state = state
-      batch = element[DATA]
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(batch, training=True)
-      gradients = tape.gradient(output.loss, weights.trainable)
-      optimizer_state, updated = optimizer.next(
-        optimizer_state,
-        tuple(tf.nest.flatten(weights.trainable)),
-        tuple(tf.nest.flatten(gradients)),
+      optimizer_state, output = local_step(
+        model, optimizer, weights, optimizer_state, element[DATA]
       )
-      tf.nest.map_structure(
-        lambda a, b: a.assign(b),
-        weights.trainable,
-        tf.nest.pack_sequence_as(weights.trainable, updated),
-      )
-      n = batch_size(output)
+      n = batch_examples(output)
       index = sizes.size()
       return (
         num_examples + n,

@@ -476,15 +476,9 @@ def _build_training(
   model = model_fn()
   training_loop = tff_compat.build_training_loop(loop_implementation)
 
-  def batch_size(output):
-    if output.num_examples is None:
-      return tf.shape(output.predictions, out_type=tf.int64)[0]
-    return tf.cast(output.num_examples, tf.int64)
-
   @tf.function
   def train(initial_weights, data, hparams, table, has_state):
-    weights = tff.learning.models.ModelWeights.from_model(model)
-    tf.nest.map_structure(lambda a, b: a.assign(b), weights, initial_weights)
+    weights = identified.start_weights(model, initial_weights)
     specs = tuple(
       tf.TensorSpec(v.shape, v.dtype)
       for v in tf.nest.flatten(weights.trainable)
@@ -500,21 +494,11 @@ def _build_training(
         lambda: start(element[identified.CLIENT_ID]),
         lambda: optimizer_state,
       )
-      with tf.GradientTape() as tape:
-        output = model.forward_pass(element[identified.DATA], training=True)
-      gradients = tape.gradient(output.loss, weights.trainable)
-      optimizer_state, updated = optimizer.next(
-        optimizer_state,
-        tuple(tf.nest.flatten(weights.trainable)),
-        tuple(tf.nest.flatten(gradients)),
-      )
-      tf.nest.map_structure(
-        lambda a, b: a.assign(b),
-        weights.trainable,
-        tf.nest.pack_sequence_as(weights.trainable, updated),
+      optimizer_state, output = identified.local_step(
+        model, optimizer, weights, optimizer_state, element[identified.DATA]
       )
       return (
-        num_examples + batch_size(output),
+        num_examples + identified.batch_examples(output),
         element[identified.CLIENT_ID],
         optimizer_state,
       )
