@@ -144,21 +144,11 @@ def build_fedcda_process(
     smoothness=smoothness,
     warmup_rounds=warmup_rounds,
     seed=seed,
-    selection=options.parse(options.FedCdaSelection, selection, 'selection'),
-    divergence=options.parse(
-      options.FedCdaDivergence, divergence, 'divergence'
-    ),
-    later_batches=options.parse(
-      options.FedCdaLaterBatches, later_batches, 'later_batches'
-    ),
-    warmup_aggregation=options.parse(
-      options.FedCdaWarmupAggregation,
-      warmup_aggregation,
-      'warmup_aggregation',
-    ),
-    batch_param=options.parse(
-      options.FedCdaBatchParam, batch_param, 'batch_param'
-    ),
+    selection=selection,  # Options with fixed values: options.parse.
+    divergence=divergence,
+    later_batches=later_batches,
+    warmup_aggregation=warmup_aggregation,
+    batch_param=batch_param,
   )
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result

@@ -49,12 +49,13 @@ Diagnostic switches mirroring the unofficial script (off by default,
 import collections
 import dataclasses
 import itertools
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Union
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators import value_types
 from tff_aggregators.aggregators import collect
 from tff_aggregators.finalizers import on_collected
@@ -63,11 +64,14 @@ from tff_aggregators.finalizers import server_step
 DEFAULT_MAX_STATE_BYTES = 512 * 2**20
 _MAX_COMBINATIONS = 1 << 16
 
-SELECTIONS = ('approx', 'newest', 'random')
-DIVERGENCES = ('squared_l2', 'tensorwise_norm')
-LATER_BATCHES = ('excluded', 'included_at_previous_selection')
-WARMUP_AGGREGATIONS = ('fedavg', 'all_seen_newest')
-BATCH_PARAMS = ('num_batches', 'clients_per_batch')
+# FedCdaOptions' fields with a fixed set of values, and their enums.
+_ENUM_FIELDS = (
+  ('selection', options.FedCdaSelection),
+  ('divergence', options.FedCdaDivergence),
+  ('later_batches', options.FedCdaLaterBatches),
+  ('warmup_aggregation', options.FedCdaWarmupAggregation),
+  ('batch_param', options.FedCdaBatchParam),
+)
 
 
 class HistoryTooLargeError(ValueError):
@@ -107,11 +111,11 @@ class FedCdaOptions:
   smoothness: float = 1.0
   warmup_rounds: int = 50
   seed: int = 0
-  selection: str = 'approx'
-  divergence: str = 'squared_l2'
-  later_batches: str = 'excluded'
-  warmup_aggregation: str = 'fedavg'
-  batch_param: str = 'num_batches'
+  selection: Union[str, options.FedCdaSelection] = 'approx'
+  divergence: Union[str, options.FedCdaDivergence] = 'squared_l2'
+  later_batches: Union[str, options.FedCdaLaterBatches] = 'excluded'
+  warmup_aggregation: Union[str, options.FedCdaWarmupAggregation] = 'fedavg'
+  batch_param: Union[str, options.FedCdaBatchParam] = 'num_batches'
 
   def __post_init__(self):
     for name in ('memory_size', 'num_batches'):
@@ -124,18 +128,9 @@ class FedCdaOptions:
         'FedCDA warmup_rounds and smoothness must be >= 0, got '
         f'{self.warmup_rounds}, {self.smoothness}.'
       )
-    for name, allowed in (
-      ('selection', SELECTIONS),
-      ('divergence', DIVERGENCES),
-      ('later_batches', LATER_BATCHES),
-      ('warmup_aggregation', WARMUP_AGGREGATIONS),
-      ('batch_param', BATCH_PARAMS),
-    ):
-      if getattr(self, name) not in allowed:
-        raise ValueError(
-          f'FedCDA {name} must be one of {allowed}, got '
-          f'{getattr(self, name)!r}.'
-        )
+    for name, enum_cls in _ENUM_FIELDS:  # Frozen: set through object.
+      member = options.parse(enum_cls, getattr(self, name), name)
+      object.__setattr__(self, name, member)
 
   def batching(self, max_clients: int) -> tuple[int, int]:
     """(number of batch slots, largest batch) for cohorts up to max_clients."""

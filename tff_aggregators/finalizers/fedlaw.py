@@ -62,12 +62,12 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_federated as tff
 
+from tff_aggregators import options
 from tff_aggregators import tff_compat
 from tff_aggregators.aggregators import collect
 from tff_aggregators.finalizers import on_collected
 from tff_aggregators.finalizers import server_step
 
-VARIANTS = ('fedlaw', 'gamma', 'lambda', 'swa', 'fixed_gamma')
 _SWA_START_EPOCH = 6
 _SWA_LR = 0.05
 _SWA_ANNEAL_EPOCHS = 10
@@ -516,7 +516,7 @@ def build_fedlaw_finalizer(
   proxy_data: Optional[Union[tf.data.Dataset, tuple[np.ndarray, np.ndarray]]],
   *,
   max_clients: int,
-  variant: str = 'fedlaw',
+  variant: Union[str, options.FedLawVariant] = options.FedLawVariant.FEDLAW,
   server_epochs: int = 100,
   server_lr: float = 0.005,
   proxy_batch_size: int = 128,
@@ -534,7 +534,8 @@ def build_fedlaw_finalizer(
       unbatched (x, y) examples or a pair of arrays. Unused (may be None)
       for `variant='fixed_gamma'`.
     max_clients: The collect-all capacity (pads the `lambda` measurement).
-    variant: One of `VARIANTS` (see the module docstring).
+    variant: A `tff_aggregators.FedLawVariant` or its string value (see the
+      module docstring).
     server_epochs: E_s, passes over the proxy set per round (the paper: 100).
     server_lr: Adam's learning rate (official code: 0.01 for CIFAR-10, 0.005
       otherwise).
@@ -551,8 +552,7 @@ def build_fedlaw_finalizer(
     `update_non_finite` (1: a non-finite result was rejected, the model kept)
     and `num_dropped_clients` (collected clients that were not valid).
   """
-  if variant not in VARIANTS:
-    raise ValueError(f'variant must be one of {VARIANTS}, got {variant!r}.')
+  variant = options.parse(options.FedLawVariant, variant, 'variant')
   if server_epochs < 0 or proxy_batch_size < 1 or server_lr < 0:
     raise ValueError(
       'server_epochs >= 0, proxy_batch_size >= 1 and server_lr >= 0 are '
