@@ -19,6 +19,20 @@ _STORES = (
 )
 
 
+def _batch_normalization_model_fn() -> tff.learning.models.VariableModel:
+  keras_model = tf.keras.Sequential(
+    [
+      tf.keras.layers.Dense(2, input_shape=(3,)),
+      tf.keras.layers.BatchNormalization(),
+    ]
+  )
+  return tff.learning.models.from_keras_model(
+    keras_model,
+    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
+  )
+
+
 def setUpModule():
   runtime.use_local_worker()
 
@@ -131,8 +145,16 @@ class FedCdaClientIdsTest(parameterized.TestCase):
         test_utils.tiny_model_fn, _OPTIMIZER, num_clients=2, max_clients=3
       )
 
-  @parameterized.named_parameters(('two_epochs', 2), ('no_epochs', None))
-  def test_clients_train_as_tff_fedavg_on_reshuffled_data(self, epochs):
+  @parameterized.named_parameters(
+    ('two_epochs', 2, test_utils.tiny_model_fn),
+    ('no_epochs', None, test_utils.tiny_model_fn),
+    # Batch normalization trains on batch statistics (training=True), and
+    # would use its moving averages otherwise.
+    ('batch_normalization', 2, _batch_normalization_model_fn),
+  )
+  def test_clients_train_as_tff_fedavg_on_reshuffled_data(
+    self, epochs, model_fn
+  ):
     # FedCDA's warm-up is FedAvg: the same delta and weight as TFF's own
     # client work, also when the data reshuffles at every pass (a second
     # pass over it, e.g. to count its examples, would train on another
@@ -148,13 +170,13 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     )
     weights = tf.nest.map_structure(
       lambda v: v.numpy(),
-      tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()),
+      tff.learning.models.ModelWeights.from_model(model_fn()),
     )
     ours = identified.build_identified_client_work(
-      test_utils.tiny_model_fn, _OPTIMIZER, local_epochs=epochs
+      model_fn, _OPTIMIZER, local_epochs=epochs
     )
     tffs = tff.learning.templates.build_model_delta_client_work(
-      test_utils.tiny_model_fn,
+      model_fn,
       _OPTIMIZER,
       client_weighting=tff.learning.ClientWeighting.NUM_EXAMPLES,
     )
