@@ -1,5 +1,7 @@
 """FedCDA's client ids: refused mistakes, the same in-state and in a store."""
 
+import collections
+
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
@@ -81,6 +83,16 @@ class FedCdaClientIdsTest(parameterized.TestCase):
       ValueError, 'needs each client.s id.*with_client_ids'
     ):
       process.next(process.initialize(), self.datasets[:2])
+
+  def test_only_attached_ids_count_as_ids(self):
+    spec = tf.TensorSpec([None, 3])
+    self.assertFalse(identified.carries_client_ids((spec, spec)))
+    # Mapping elements, as TFF's EMNIST and Stack Overflow data have.
+    self.assertFalse(
+      identified.carries_client_ids(collections.OrderedDict(x=spec, y=spec))
+    )
+    tagged = tff_aggregators.with_client_ids(self.datasets[:1], [2])[0]
+    self.assertTrue(identified.carries_client_ids(tagged.element_spec))
 
   @parameterized.named_parameters(*_STORES)
   def test_round_refuses_a_cohort_above_max_clients(self, store_fn):
