@@ -1,6 +1,7 @@
 """FedCDA's client ids: refused mistakes, the same in-state and in a store."""
 
 import collections
+import types
 
 from absl.testing import absltest
 from absl.testing import parameterized
@@ -93,6 +94,23 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     )
     tagged = tff_aggregators.with_client_ids(self.datasets[:1], [2])[0]
     self.assertTrue(identified.carries_client_ids(tagged.element_spec))
+
+  def test_which_processes_expect_client_ids(self):
+    @tff.federated_computation(
+      tff.FederatedType(np.int32, tff.SERVER),
+      tff.FederatedType(tff.SequenceType(np.float32), tff.CLIENTS),
+    )
+    def next_fn(state, data):
+      del data
+      return state
+
+    tensors = types.SimpleNamespace(next=next_fn)  # Plain tensor elements.
+    self.assertFalse(identified.expects_client_ids(tensors))
+    fedavg = tff.learning.algorithms.build_weighted_fed_avg(
+      test_utils.tiny_model_fn, _OPTIMIZER
+    )
+    self.assertFalse(identified.expects_client_ids(fedavg))
+    self.assertTrue(identified.expects_client_ids(_process(lambda: None)))
 
   @parameterized.named_parameters(*_STORES)
   def test_round_refuses_a_cohort_above_max_clients(self, store_fn):
