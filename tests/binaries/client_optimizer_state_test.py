@@ -12,6 +12,7 @@ in this process as the binary's `main`; the refusals as a user runs them.
 import os
 import re
 import signal
+import tempfile
 
 from absl import flags
 from absl.testing import absltest
@@ -32,9 +33,16 @@ _STATES = 'train/client_work/client_states/clients_with_state'
 _LOSS = 'train/client_work/train/loss'
 
 
+def _new_directory() -> str:
+  """A new directory (the default test tmpdir outlives a run of the test)."""
+  root = absltest.get_default_test_tmpdir()
+  os.makedirs(root, exist_ok=True)
+  return tempfile.mkdtemp(dir=root)
+
+
 def setUpModule():
   global _DATA_DIR, _MARKER
-  _DATA_DIR = os.path.join(absltest.get_default_test_tmpdir(), 'fmnist')
+  _DATA_DIR = _new_directory()
   test_utils.write_fashion_mnist_subset(_DATA_DIR, 600, 200)
   _MARKER = test_utils.new_marker()
 
@@ -87,9 +95,8 @@ class PersistentStateTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    root = absltest.get_default_test_tmpdir()
     cls.persistent = _train(
-      os.path.join(root, 'persistent'), client_optimizer_state='persistent'
+      _new_directory(), client_optimizer_state='persistent'
     )
 
   def test_momentum_persists_from_the_second_round(self):
