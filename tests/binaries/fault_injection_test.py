@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 from absl import flags
@@ -224,7 +225,9 @@ class RunDirectoryTest(_FaultTest):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.root = absltest.get_default_test_tmpdir()
+    # A fresh directory: a reference left by an earlier run (another
+    # version of the binary) must not be resumed as this one.
+    cls.root = tempfile.mkdtemp(dir=absltest.get_default_test_tmpdir())
     cls.reference = os.path.join(cls.root, 'reference')
     test_utils.run_module(_MODULE, _args(cls.reference), marker=_MARKER)
     cls.expected = test_utils.metrics_without_timing(cls.reference)
