@@ -196,6 +196,169 @@ def shrink_factors(
   return tf.where(valid, gamma, tf.ones_like(gamma)), b
 
 
+def scale_groups(
+  leaves: Sequence[tf.Tensor],
+  gamma: tf.Tensor,
+  groups: Sequence[Sequence[int]],
+) -> list[tf.Tensor]:
+  """Eq. 9: each group's leaves times its gamma_l.
+
+  Args:
+    leaves: The trainable leaves of w_hat.
+    gamma: float32 [L], one factor per group.
+    groups: Lists of leaf indices, one per group.
+
+  Returns:
+    The scaled leaves; a leaf in no group is returned as it is.
+  """
+  scaled = list(leaves)
+  for l, group in enumerate(groups):
+    for i in group:
+      scaled[i] = leaves[i] * tf.cast(gamma[l], leaves[i].dtype)
+  return scaled
+
+
+def shrink_step(
+  old: Sequence[tf.Tensor],
+  new: Sequence[tf.Tensor],
+  tau: tf.Tensor,
+  num_clients: tf.Tensor,
+  groups: Sequence[Sequence[int]],
+  *,
+  beta: Union[float, tf.Tensor],
+  tau_clip: Optional[tuple[float, float]],
+) -> tuple[list[tf.Tensor], collections.OrderedDict]:
+  """Eqs. 8-9 on flat leaves: w_hat shrunk group by group.
+
+  Args:
+    old: The trainable leaves of the previous global model w.
+    new: Those of w_hat, the server optimizer's result.
+    tau: float32 [L], the round's tau_l (`fedlws_stats`).
+    num_clients: The number of valid clients (gamma = 1 when 0).
+    groups: Lists of leaf indices, one per group.
+    beta: The scale of tau.
+    tau_clip: `(low, high)` to clip beta * tau to, or None.
+
+  Returns:
+    (the shrunk leaves, `OrderedDict(gamma, tau, b, step_norm,
+    weight_norm)`, float32 [L] each).
+  """
+  weight_norms = fedlws_stats.group_norms(old, groups)
+  step_norms = fedlws_stats.group_norms(
+    [n - o for n, o in zip(new, old)], groups
+  )
+  gamma, b = shrink_factors(
+    weight_norms,
+    step_norms,
+    tau,
+    beta=beta,
+    tau_clip=tau_clip,
+    num_clients=num_clients,
+  )
+  measurements = collections.OrderedDict(
+    gamma=gamma,
+    tau=tau,
+    b=b,
+    step_norm=step_norms,
+    weight_norm=weight_norms,
+  )
+  return scale_groups(new, gamma, groups), measurements
+
+
+def fedlws_step(
+  server_optimizer: tff.learning.optimizers.Optimizer,
+  state,
+  weights,
+  stats,
+  *,
+  groups: Sequence[Sequence[int]],
+  tau_clip: Optional[tuple[float, float]],
+):
+  """One server round: the optimizer's step, then the shrink of Eq. 9.
+
+  A non-finite step, or one whose norms overflow (gamma 0), is rejected:
+  weights and state are kept and `update_non_finite` is 1.
+
+  Args:
+    server_optimizer: The server optimizer (gives w_hat).
+    state: `OrderedDict(optimizer, beta)`.
+    weights: The trainable weights w.
+    stats: `OrderedDict(mean_update, tau, num_clients)` of `fedlws_stats`.
+    groups: Lists of leaf indices, one per group.
+    tau_clip: `(low, high)` to clip beta * tau to, or None.
+
+  Returns:
+    (new state, new trainable weights, measurements).
+  """
+  optimizer_state, stepped = server_optimizer.next(
+    state['optimizer'], weights, stats['mean_update']
+  )
+  new = tf.nest.flatten(stepped)
+  shrunk, measurements = shrink_step(
+    tf.nest.flatten(weights),
+    new,
+    stats['tau'],
+    stats['num_clients'],
+    groups,
+    beta=state['beta'],
+    tau_clip=tau_clip,
+  )
+  # An overflowing step (inf norms: gamma 0) is rejected like a NaN one.
+  finite = server_step.all_finite(
+    shrunk,
+    new,
+    measurements['weight_norm'],
+    measurements['step_norm'],
+    stats['mean_update'],
+    optimizer_state,
+  )
+  shrunk = tf.nest.pack_sequence_as(weights, shrunk)
+  new_state = collections.OrderedDict(
+    optimizer=optimizer_state, beta=state['beta']
+  )
+  measurements['update_non_finite'] = 1 - tf.cast(finite, tf.int32)
+  return (
+    server_step.keep_unless(finite, new_state, state),
+    server_step.keep_unless(finite, shrunk, weights),
+    measurements,
+  )
+
+
+def _checked_tau_clip(
+  beta: float, tau_clip: Optional[tuple[float, float]]
+) -> Optional[tuple[float, float]]:
+  """`tau_clip` as floats, after checking it and `beta`."""
+  if not beta >= 0:
+    raise ValueError(f'FedLWS beta must be >= 0, got {beta}.')
+  if tau_clip is None:
+    return None
+  low, high = tau_clip
+  if not 0 <= low <= high:
+    raise ValueError(
+      f'tau_clip must be (low, high), 0 <= low <= high; got {tau_clip}.'
+    )
+  return (float(low), float(high))
+
+
+def _get_hparams(server_optimizer, state):
+  """The server optimizer's hyperparameters plus `beta`."""
+  hparams = collections.OrderedDict(
+    server_optimizer.get_hparams(state['optimizer'])
+  )
+  hparams['beta'] = state['beta']
+  return hparams
+
+
+def _set_hparams(server_optimizer, state, hparams):
+  """The state with `_get_hparams`'s hyperparameters set."""
+  hparams = collections.OrderedDict(hparams)
+  beta_value = hparams.pop('beta')
+  return collections.OrderedDict(
+    optimizer=server_optimizer.set_hparams(state['optimizer'], hparams),
+    beta=beta_value,
+  )
+
+
 def build_fedlws_finalizer(
   server_optimizer: tff.learning.optimizers.Optimizer,
   model_weights_type: tff.StructType,
@@ -222,15 +385,7 @@ def build_fedlws_finalizer(
     (float32 [L] each) and `update_non_finite`. Its hparams are the server
     optimizer's plus `beta`.
   """
-  if not beta >= 0:
-    raise ValueError(f'FedLWS beta must be >= 0, got {beta}.')
-  if tau_clip is not None:
-    low, high = tau_clip
-    if not 0 <= low <= high:
-      raise ValueError(
-        f'tau_clip must be (low, high), 0 <= low <= high; got {tau_clip}.'
-      )
-    tau_clip = (float(low), float(high))
+  tau_clip = _checked_tau_clip(beta, tau_clip)
   server_step.check_model_weights_type(model_weights_type)
   trainable_type = model_weights_type.trainable
   num_leaves = len(value_types.leaf_types(trainable_type))
@@ -252,68 +407,15 @@ def build_fedlws_finalizer(
     )
 
   def step(state, weights, stats):
-    optimizer_state, stepped = server_optimizer.next(
-      state['optimizer'], weights, stats['mean_update']
-    )
-    old = tf.nest.flatten(weights)
-    new = tf.nest.flatten(stepped)
-    weight_norms = fedlws_stats.group_norms(old, groups)
-    step_norms = fedlws_stats.group_norms(
-      [n - o for n, o in zip(new, old)], groups
-    )
-    gamma, b = shrink_factors(
-      weight_norms,
-      step_norms,
-      stats['tau'],
-      beta=state['beta'],
-      tau_clip=tau_clip,
-      num_clients=stats['num_clients'],
-    )
-    shrunk = list(new)
-    for l, group in enumerate(groups):
-      for i in group:
-        shrunk[i] = new[i] * tf.cast(gamma[l], new[i].dtype)
-    # An overflowing step (inf norms: gamma 0) is rejected like a NaN one.
-    finite = server_step.all_finite(
-      shrunk,
-      new,
-      weight_norms,
-      step_norms,
-      stats['mean_update'],
-      optimizer_state,
-    )
-    shrunk = tf.nest.pack_sequence_as(weights, shrunk)
-    new_state = collections.OrderedDict(
-      optimizer=optimizer_state, beta=state['beta']
-    )
-    measurements = collections.OrderedDict(
-      gamma=gamma,
-      tau=stats['tau'],
-      b=b,
-      step_norm=step_norms,
-      weight_norm=weight_norms,
-      update_non_finite=1 - tf.cast(finite, tf.int32),
-    )
-    return (
-      server_step.keep_unless(finite, new_state, state),
-      server_step.keep_unless(finite, shrunk, weights),
-      measurements,
+    return fedlws_step(
+      server_optimizer, state, weights, stats, groups=groups, tau_clip=tau_clip
     )
 
   def get_hparams(state):
-    hparams = collections.OrderedDict(
-      server_optimizer.get_hparams(state['optimizer'])
-    )
-    hparams['beta'] = state['beta']
-    return hparams
+    return _get_hparams(server_optimizer, state)
 
   def set_hparams(state, hparams):
-    hparams = collections.OrderedDict(hparams)
-    beta_value = hparams.pop('beta')
-    return collections.OrderedDict(
-      optimizer=server_optimizer.set_hparams(state['optimizer'], hparams),
-      beta=beta_value,
-    )
+    return _set_hparams(server_optimizer, state, hparams)
 
   return server_step.build_server_step_finalizer(
     model_weights_type,
