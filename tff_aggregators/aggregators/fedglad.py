@@ -83,6 +83,263 @@ def gradient_similarity(
   return tf.where(valid, gsi, tf.ones_like(gsi)), valid
 
 
+def squared_norms(leaves) -> tf.Tensor:
+  """float32 [L]: the squared norm of each leaf."""
+  return tf.stack(
+    [tf.reduce_sum(tf.square(tf.cast(leaf, tf.float32))) for leaf in leaves]
+  )
+
+
+def pack(value):
+  """A client's update with its squared leaf norms, for the inner mean."""
+  return collections.OrderedDict(
+    update=value, squared_norms=squared_norms(tf.nest.flatten(value))
+  )
+
+
+def initial_glad_state(num_groups: int) -> collections.OrderedDict:
+  """Round 0, and no group's baseline B initialised yet."""
+  return collections.OrderedDict(
+    round=tf.constant(0, tf.int32),
+    baseline=tf.zeros([num_groups], tf.float32),
+    initialized=tf.zeros([num_groups], tf.bool),
+  )
+
+
+def group_similarities(
+  update_leaves,
+  mean_squared_norms: tf.Tensor,
+  *,
+  per_variable: bool,
+  eps: float,
+  tiny: float,
+) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """GSI (Eq. 9) per group, which groups are valid, and the universal GSI.
+
+  Args:
+    update_leaves: The leaves of the mean update gbar.
+    mean_squared_norms: float32 [L], each leaf's weighted mean squared
+      client norm q.
+    per_variable: One group per leaf (else one for the whole model).
+    eps: Added to both means in the ratio.
+    tiny: The degeneracy threshold (`gradient_similarity`).
+
+  Returns:
+    (gsi float32 [G], valid bool [G], the universal GSI float32).
+  """
+  q = mean_squared_norms
+  mean_norms = squared_norms(update_leaves)
+  finite = tf.stack(
+    [tf.reduce_all(tf.math.is_finite(leaf)) for leaf in update_leaves]
+  )
+  gsi_model, _ = gradient_similarity(
+    tf.reduce_sum(q), tf.reduce_sum(mean_norms), eps=eps, tiny=tiny
+  )
+  if not per_variable:
+    q = tf.reduce_sum(q, keepdims=True)
+    mean_norms = tf.reduce_sum(mean_norms, keepdims=True)
+    finite = tf.reduce_all(finite, keepdims=True)
+  gsi, valid = gradient_similarity(
+    q, mean_norms, eps=eps, tiny=tiny, finite=finite
+  )
+  return gsi, valid, gsi_model
+
+
+def multiplier_bounds(
+  round_num: tf.Tensor, gamma: float
+) -> tuple[tf.Tensor, tf.Tensor]:
+  """Eq. 15's bounds (1 - gamma t, 1 + gamma t); gamma may be `math.inf`."""
+  t = tf.cast(round_num, tf.float32)
+  if math.isinf(gamma):
+    width = tf.where(t > 0, np.inf, 0.0)
+  else:
+    width = gamma * t
+  return 1.0 - width, 1.0 + width
+
+
+def multipliers(
+  gsi: tf.Tensor, valid: tf.Tensor, glad, *, gamma: float
+) -> collections.OrderedDict:
+  """Eqs. 12-15: s_P = clip(GSI_P / B_P, bounds), 1 for invalid groups.
+
+  Args:
+    gsi: float32 [G], this round's GSI.
+    valid: bool [G], the non-degenerate groups.
+    glad: The state: `OrderedDict(round, baseline, initialized)`.
+    gamma: The bounding factor.
+
+  Returns:
+    `OrderedDict(baseline, ratio, multiplier, lower_bound, upper_bound)`:
+    the B the ratio used (GSI where not yet initialised, Eq. 12's initial
+    condition), GSI / B, s and the bounds.
+  """
+  baseline = tf.where(glad['initialized'], glad['baseline'], gsi)
+  ratio = tf.where(valid, tf.math.divide_no_nan(gsi, baseline), 1.0)
+  lower, upper = multiplier_bounds(glad['round'], gamma)
+  multiplier = tf.where(valid, tf.minimum(tf.maximum(ratio, lower), upper), 1.0)
+  return collections.OrderedDict(
+    baseline=baseline,
+    ratio=ratio,
+    multiplier=multiplier,
+    lower_bound=lower,
+    upper_bound=upper,
+  )
+
+
+def next_glad_state(
+  glad, gsi: tf.Tensor, valid: tf.Tensor, baseline: tf.Tensor, *, beta: float
+) -> collections.OrderedDict:
+  """Eq. 12 after s is computed: B <- beta B + (1 - beta) GSI.
+
+  A group's first valid round sets B = GSI; invalid groups keep B. The
+  round counter always advances.
+
+  Args:
+    glad: The state: `OrderedDict(round, baseline, initialized)`.
+    gsi: float32 [G], this round's GSI.
+    valid: bool [G], the non-degenerate groups.
+    baseline: float32 [G], the B the ratio used (`multipliers`).
+    beta: The decay of the moving average.
+  """
+  initialized = glad['initialized']
+  updated_baseline = tf.where(
+    initialized, beta * baseline + (1.0 - beta) * gsi, gsi
+  )
+  return collections.OrderedDict(
+    round=glad['round'] + 1,
+    baseline=tf.where(valid, updated_baseline, glad['baseline']),
+    initialized=tf.logical_or(initialized, valid),
+  )
+
+
+def glad_result(
+  update,
+  multiplier: tf.Tensor,
+  *,
+  per_variable: bool,
+  num_leaves: int,
+  emit: options.FedGladEmit,
+):
+  """The process's result: s * gbar (Algorithm 1, line 17), or gbar and s.
+
+  Args:
+    update: The mean update gbar.
+    multiplier: float32 [G], s per group.
+    per_variable: Whether the groups are the leaves (else one group).
+    num_leaves: The number of leaves of `update`.
+    emit: `SCALED_UPDATE`, or `UPDATE_AND_MULTIPLIERS` for
+      `OrderedDict(update, multipliers)` with one multiplier per leaf.
+  """
+  leaf_multipliers = (
+    multiplier if per_variable else tf.tile(multiplier, [num_leaves])
+  )
+  if emit == options.FedGladEmit.SCALED_UPDATE:
+    scaled = [
+      leaf * tf.cast(leaf_multipliers[i], leaf.dtype)
+      for i, leaf in enumerate(tf.nest.flatten(update))
+    ]
+    return tf.nest.pack_sequence_as(update, scaled)
+  return collections.OrderedDict(update=update, multipliers=leaf_multipliers)
+
+
+def glad_server_step(
+  glad,
+  mean,
+  *,
+  gamma: float,
+  beta: float,
+  eps: float,
+  tiny: float,
+  per_variable: bool,
+  emit: options.FedGladEmit,
+):
+  """One round at the server, from the inner factory's means.
+
+  Args:
+    glad: The state: `OrderedDict(round, baseline, initialized)`.
+    mean: `OrderedDict(update, squared_norms)`, the weighted means of the
+      clients' updates and of their squared leaf norms.
+    gamma: The bounding factor (Eq. 15).
+    beta: The decay of the GSI moving average (Eq. 12).
+    eps: Added to both means in the GSI ratio.
+    tiny: The degeneracy threshold.
+    per_variable: One group per leaf (else one for the whole model).
+    emit: What the result is (`glad_result`).
+
+  Returns:
+    (new state, result, measurements) as in `FedGladFactory`'s docstring.
+  """
+  update_leaves = tf.nest.flatten(mean['update'])
+  gsi, valid, gsi_model = group_similarities(
+    update_leaves,
+    mean['squared_norms'],
+    per_variable=per_variable,
+    eps=eps,
+    tiny=tiny,
+  )
+  rule = multipliers(gsi, valid, glad, gamma=gamma)
+  new_glad = next_glad_state(glad, gsi, valid, rule['baseline'], beta=beta)
+  result = glad_result(
+    mean['update'],
+    rule['multiplier'],
+    per_variable=per_variable,
+    num_leaves=len(update_leaves),
+    emit=emit,
+  )
+  measurements = collections.OrderedDict(
+    gsi=gsi,
+    gsi_model=gsi_model,
+    baseline=tf.where(valid, rule['baseline'], glad['baseline']),
+    ratio=rule['ratio'],
+    multiplier=rule['multiplier'],
+    lower_bound=rule['lower_bound'],
+    upper_bound=rule['upper_bound'],
+    round=glad['round'],
+    degenerate_groups=tf.reduce_sum(tf.cast(tf.logical_not(valid), tf.int32)),
+  )
+  return new_glad, result, measurements
+
+
+def _aggregation_process(
+  value_type, weight_type, inner_process, pack_fn, initial_fn, step_fn
+) -> tff.templates.AggregationProcess:
+  """The process: pack at the clients, the inner mean, then `step_fn`."""
+
+  @tff.federated_computation()
+  def init_fn():
+    return tff.federated_zip(
+      collections.OrderedDict(
+        glad=tff.federated_eval(initial_fn, tff.SERVER),
+        inner=inner_process.initialize(),
+      )
+    )
+
+  @tff.federated_computation(
+    init_fn.type_signature.result,
+    tff.FederatedType(value_type, tff.CLIENTS),
+    tff.FederatedType(weight_type, tff.CLIENTS),
+  )
+  def next_fn(state, value, weight):
+    packed = tff.federated_map(pack_fn, value)
+    inner_output = inner_process.next(state['inner'], packed, weight)
+    new_glad, result, measurements = tff.federated_map(
+      step_fn, (state['glad'], inner_output.result)
+    )
+    measurements = tff.federated_zip(
+      collections.OrderedDict(
+        fedglad=measurements, inner=inner_output.measurements
+      )
+    )
+    new_state = tff.federated_zip(
+      collections.OrderedDict(glad=new_glad, inner=inner_output.state)
+    )
+    return tff.templates.MeasuredProcessOutput(
+      state=new_state, result=result, measurements=measurements
+    )
+
+  return tff.templates.AggregationProcess(init_fn, next_fn)
+
+
 class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
   """FedGLAD's adaptive server learning rate as a weighted aggregator.
 
@@ -175,9 +432,14 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
     num_leaves = len(leaves)
     per_variable = self._grouping == options.FedGladGrouping.PER_VARIABLE
     num_groups = num_leaves if per_variable else 1
-    gamma, beta, eps, tiny = self._gamma, self._beta, self._eps, self._tiny
-    emit = self._emit
-
+    rule = dict(
+      gamma=self._gamma,
+      beta=self._beta,
+      eps=self._eps,
+      tiny=self._tiny,
+      per_variable=per_variable,
+      emit=self._emit,
+    )
     packed_type = tff.types.to_type(
       collections.OrderedDict(
         update=value_type,
@@ -187,126 +449,17 @@ class FedGladFactory(tff.aggregators.WeightedAggregationFactory):
     inner_process = self._inner.create(packed_type, weight_type)
 
     @tff.tensorflow.computation(value_type)
-    def pack(value):
-      norms = [
-        tf.reduce_sum(tf.square(tf.cast(leaf, tf.float32)))
-        for leaf in tf.nest.flatten(value)
-      ]
-      return collections.OrderedDict(
-        update=value, squared_norms=tf.stack(norms)
-      )
+    def pack_fn(value):
+      return pack(value)
 
     @tff.tensorflow.computation
-    def initial_glad_state():
-      return collections.OrderedDict(
-        round=tf.constant(0, tf.int32),
-        baseline=tf.zeros([num_groups], tf.float32),
-        initialized=tf.zeros([num_groups], tf.bool),
-      )
+    def initial_fn():
+      return initial_glad_state(num_groups)
 
-    glad_state_type = initial_glad_state.type_signature.result
+    @tff.tensorflow.computation(initial_fn.type_signature.result, packed_type)
+    def step_fn(glad, mean):
+      return glad_server_step(glad, mean, **rule)
 
-    @tff.tensorflow.computation(glad_state_type, packed_type)
-    def server_step(glad, mean):
-      update_leaves = tf.nest.flatten(mean['update'])
-      q = mean['squared_norms']
-      mean_norms = tf.stack(
-        [
-          tf.reduce_sum(tf.square(tf.cast(leaf, tf.float32)))
-          for leaf in update_leaves
-        ]
-      )
-      finite = tf.stack(
-        [tf.reduce_all(tf.math.is_finite(leaf)) for leaf in update_leaves]
-      )
-      gsi_model, _ = gradient_similarity(
-        tf.reduce_sum(q), tf.reduce_sum(mean_norms), eps=eps, tiny=tiny
-      )
-      if not per_variable:
-        q = tf.reduce_sum(q, keepdims=True)
-        mean_norms = tf.reduce_sum(mean_norms, keepdims=True)
-        finite = tf.reduce_all(finite, keepdims=True)
-      gsi, valid = gradient_similarity(
-        q, mean_norms, eps=eps, tiny=tiny, finite=finite
-      )
-      initialized = glad['initialized']
-      baseline = tf.where(initialized, glad['baseline'], gsi)
-      ratio = tf.where(valid, tf.math.divide_no_nan(gsi, baseline), 1.0)
-      t = tf.cast(glad['round'], tf.float32)
-      if math.isinf(gamma):
-        width = tf.where(t > 0, np.inf, 0.0)
-      else:
-        width = gamma * t
-      lower, upper = 1.0 - width, 1.0 + width
-      multiplier = tf.where(
-        valid, tf.minimum(tf.maximum(ratio, lower), upper), 1.0
-      )
-      updated_baseline = tf.where(
-        initialized, beta * baseline + (1.0 - beta) * gsi, gsi
-      )
-      new_glad = collections.OrderedDict(
-        round=glad['round'] + 1,
-        baseline=tf.where(valid, updated_baseline, glad['baseline']),
-        initialized=tf.logical_or(initialized, valid),
-      )
-      leaf_multipliers = (
-        multiplier if per_variable else tf.tile(multiplier, [num_leaves])
-      )
-      if emit == options.FedGladEmit.SCALED_UPDATE:
-        scaled = [
-          leaf * tf.cast(leaf_multipliers[i], leaf.dtype)
-          for i, leaf in enumerate(update_leaves)
-        ]
-        result = tf.nest.pack_sequence_as(mean['update'], scaled)
-      else:
-        result = collections.OrderedDict(
-          update=mean['update'], multipliers=leaf_multipliers
-        )
-      measurements = collections.OrderedDict(
-        gsi=gsi,
-        gsi_model=gsi_model,
-        baseline=tf.where(valid, baseline, glad['baseline']),
-        ratio=ratio,
-        multiplier=multiplier,
-        lower_bound=lower,
-        upper_bound=upper,
-        round=glad['round'],
-        degenerate_groups=tf.reduce_sum(
-          tf.cast(tf.logical_not(valid), tf.int32)
-        ),
-      )
-      return new_glad, result, measurements
-
-    @tff.federated_computation()
-    def init_fn():
-      return tff.federated_zip(
-        collections.OrderedDict(
-          glad=tff.federated_eval(initial_glad_state, tff.SERVER),
-          inner=inner_process.initialize(),
-        )
-      )
-
-    @tff.federated_computation(
-      init_fn.type_signature.result,
-      tff.FederatedType(value_type, tff.CLIENTS),
-      tff.FederatedType(weight_type, tff.CLIENTS),
+    return _aggregation_process(
+      value_type, weight_type, inner_process, pack_fn, initial_fn, step_fn
     )
-    def next_fn(state, value, weight):
-      packed = tff.federated_map(pack, value)
-      inner_output = inner_process.next(state['inner'], packed, weight)
-      new_glad, result, measurements = tff.federated_map(
-        server_step, (state['glad'], inner_output.result)
-      )
-      measurements = tff.federated_zip(
-        collections.OrderedDict(
-          fedglad=measurements, inner=inner_output.measurements
-        )
-      )
-      new_state = tff.federated_zip(
-        collections.OrderedDict(glad=new_glad, inner=inner_output.state)
-      )
-      return tff.templates.MeasuredProcessOutput(
-        state=new_state, result=result, measurements=measurements
-      )
-
-    return tff.templates.AggregationProcess(init_fn, next_fn)
