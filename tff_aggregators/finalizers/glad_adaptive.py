@@ -36,6 +36,96 @@ ADAPTIVE_KINDS = ('adam', 'yogi')
 optimizer_kind = tff_compat.optimizer_kind
 
 
+def normalized_learning_rate(state) -> tf.Tensor:
+  """lr sqrt(1 - beta_2^n) / (1 - beta_1^n), n the step after this round."""
+  n = state['step'] + 1
+  return (
+    state['learning_rate']
+    * tf.math.sqrt(1.0 - tf.math.pow(state['beta_2'], tf.cast(n, tf.float32)))
+    / (1.0 - tf.math.pow(state['beta_1'], tf.cast(n, tf.float32)))
+  )
+
+
+def leaf_step(kind: str, state, normalized_lr, w, m, v, g, multiplier):
+  """One leaf's step: only the first moment sees the scaled update.
+
+  Args:
+    kind: `'adam'` or `'yogi'` (the second moment's rule).
+    state: The optimizer's state (its `beta_1`, `beta_2`, `epsilon`).
+    normalized_lr: `normalized_learning_rate(state)`.
+    w: The weight.
+    m: Its first moment.
+    v: Its second moment.
+    g: The mean update gbar.
+    multiplier: FedGLAD's s for this leaf.
+
+  Returns:
+    The new (w, m, v).
+  """
+  beta_1, beta_2 = state['beta_1'], state['beta_2']
+  scaled = g * tf.cast(multiplier, g.dtype)
+  m = m + (scaled - m) * (1.0 - tf.cast(beta_1, m.dtype))
+  if kind == 'adam':
+    v = v + (tf.math.square(g) - v) * (1.0 - tf.cast(beta_2, v.dtype))
+  else:
+    g2 = tf.math.square(g)
+    v = v + (1 - tf.cast(beta_2, g.dtype)) * tf.sign(g2 - v) * g2
+  w = w - tf.cast(normalized_lr, m.dtype) * m / (
+    tf.math.sqrt(v) + tf.cast(state['epsilon'], v.dtype)
+  )
+  return w, m, v
+
+
+def glad_adaptive_step(kind: str, state, weights, glad_update):
+  """One round: every leaf's `leaf_step`, rejected if non-finite.
+
+  Args:
+    kind: `'adam'` or `'yogi'`.
+    state: The optimizer's state.
+    weights: The trainable weights.
+    glad_update: `OrderedDict(update, multipliers)` of `FedGladFactory`.
+
+  Returns:
+    (new state, new weights, `OrderedDict(update_non_finite)`); a
+    non-finite step keeps the state and weights.
+  """
+  normalized_lr = normalized_learning_rate(state)
+  gradients = tf.nest.flatten(glad_update['update'])
+  multipliers = glad_update['multipliers']
+  new_weights, new_m, new_v = [], [], []
+  for i, (w, m, v, g) in enumerate(
+    zip(
+      tf.nest.flatten(weights),
+      tf.nest.flatten(state['accumulator']),
+      tf.nest.flatten(state['preconditioner']),
+      gradients,
+    )
+  ):
+    w, m, v = leaf_step(kind, state, normalized_lr, w, m, v, g, multipliers[i])
+    new_weights.append(w)
+    new_m.append(m)
+    new_v.append(v)
+  # The moments too: an overflowing v (inf) would freeze the model.
+  finite = server_step.all_finite(new_weights, gradients, new_m, new_v)
+  new_state = collections.OrderedDict(state)
+  new_state['step'] = state['step'] + 1
+  new_state['accumulator'] = tf.nest.pack_sequence_as(
+    state['accumulator'], new_m
+  )
+  new_state['preconditioner'] = tf.nest.pack_sequence_as(
+    state['preconditioner'], new_v
+  )
+  new_weights = tf.nest.pack_sequence_as(weights, new_weights)
+  measurements = collections.OrderedDict(
+    update_non_finite=1 - tf.cast(finite, tf.int32)
+  )
+  return (
+    server_step.keep_unless(finite, new_state, state),
+    server_step.keep_unless(finite, new_weights, weights),
+    measurements,
+  )
+
+
 def build_glad_adaptive_finalizer(
   optimizer: tff.learning.optimizers.Optimizer,
   model_weights_type: tff.StructType,
@@ -82,58 +172,7 @@ def build_glad_adaptive_finalizer(
     return optimizer.initialize(specs)
 
   def step(state, weights, glad_update):
-    lr = state['learning_rate']
-    beta_1, beta_2 = state['beta_1'], state['beta_2']
-    epsilon = state['epsilon']
-    n = state['step'] + 1
-    normalized_lr = (
-      lr
-      * tf.math.sqrt(1.0 - tf.math.pow(beta_2, tf.cast(n, tf.float32)))
-      / (1.0 - tf.math.pow(beta_1, tf.cast(n, tf.float32)))
-    )
-    gradients = tf.nest.flatten(glad_update['update'])
-    multipliers = glad_update['multipliers']
-    new_weights, new_m, new_v = [], [], []
-    for i, (w, m, v, g) in enumerate(
-      zip(
-        tf.nest.flatten(weights),
-        tf.nest.flatten(state['accumulator']),
-        tf.nest.flatten(state['preconditioner']),
-        gradients,
-      )
-    ):
-      scaled = g * tf.cast(multipliers[i], g.dtype)
-      m = m + (scaled - m) * (1.0 - tf.cast(beta_1, m.dtype))
-      if kind == 'adam':
-        v = v + (tf.math.square(g) - v) * (1.0 - tf.cast(beta_2, v.dtype))
-      else:
-        g2 = tf.math.square(g)
-        v = v + (1 - tf.cast(beta_2, g.dtype)) * tf.sign(g2 - v) * g2
-      w = w - tf.cast(normalized_lr, m.dtype) * m / (
-        tf.math.sqrt(v) + tf.cast(epsilon, v.dtype)
-      )
-      new_weights.append(w)
-      new_m.append(m)
-      new_v.append(v)
-    # The moments too: an overflowing v (inf) would freeze the model.
-    finite = server_step.all_finite(new_weights, gradients, new_m, new_v)
-    new_state = collections.OrderedDict(state)
-    new_state['step'] = n
-    new_state['accumulator'] = tf.nest.pack_sequence_as(
-      state['accumulator'], new_m
-    )
-    new_state['preconditioner'] = tf.nest.pack_sequence_as(
-      state['preconditioner'], new_v
-    )
-    new_weights = tf.nest.pack_sequence_as(weights, new_weights)
-    measurements = collections.OrderedDict(
-      update_non_finite=1 - tf.cast(finite, tf.int32)
-    )
-    return (
-      server_step.keep_unless(finite, new_state, state),
-      server_step.keep_unless(finite, new_weights, weights),
-      measurements,
-    )
+    return glad_adaptive_step(kind, state, weights, glad_update)
 
   return server_step.build_server_step_finalizer(
     model_weights_type,
