@@ -60,6 +60,111 @@ def _parse(name: str, value):
   return options.parse(_CHOICES[name], value, name)
 
 
+def _best_pair(sim: tf.Tensor, upper: tf.Tensor, free: tf.Tensor):
+  """Step 1's candidate: the most similar pair of free clients.
+
+  Returns:
+    (a, b, sim[a, b]) with a < b, the smallest such pair on ties; the
+    similarity is -inf when fewer than two clients are free.
+  """
+  k = tf.shape(sim)[0]
+  pairs = tf.where(
+    tf.logical_and(upper, free[:, None] & free[None, :]), sim, -np.inf
+  )
+  best_pair = tf.argmax(tf.reshape(pairs, [-1]), output_type=tf.int32)
+  return best_pair // k, best_pair % k, tf.reduce_max(pairs)
+
+
+def _best_join(sim: tf.Tensor, members: tf.Tensor, free: tf.Tensor):
+  """Steps 2-3's candidate: a free client and the cluster it is closest to.
+
+  Args:
+    sim: float32 [K, K] client similarities.
+    members: float32 [S, K], the clusters' one-hot memberships.
+    free: bool [K], the unassigned clients.
+
+  Returns:
+    (s, u, the mean similarity of client u to cluster s's members),
+    the smallest cluster then client on ties; -inf when there is none.
+  """
+  k = tf.shape(sim)[0]
+  size = tf.reduce_sum(members, axis=1)
+  csim = tf.math.divide_no_nan(tf.linalg.matmul(members, sim), size[:, None])
+  joins = tf.where(
+    tf.logical_and(size[:, None] > 0, free[None, :]), csim, -np.inf
+  )
+  best_join = tf.argmax(tf.reshape(joins, [-1]), output_type=tf.int32)
+  return best_join // k, best_join % k, tf.reduce_max(joins)
+
+
+def _join_or_open(bp, bj, under_cap, sim_threshold: float):
+  """(join, open_pair, stop): the step GREEDY_MAC takes.
+
+  Below the cap a join wins over a new pair on equality; at the cap only a
+  join above `sim_threshold` is taken. With no candidate at all it stops.
+  """
+  nothing = tf.logical_and(tf.equal(bp, -np.inf), tf.equal(bj, -np.inf))
+  join = tf.where(under_cap, bj >= bp, bj > sim_threshold)
+  join = tf.logical_and(join, tf.logical_not(nothing))
+  open_pair = tf.logical_and(
+    under_cap, tf.logical_and(tf.logical_not(join), tf.logical_not(nothing))
+  )
+  stop = tf.logical_not(tf.logical_or(join, open_pair))
+  return join, open_pair, stop
+
+
+def _greedy_step(
+  sim: tf.Tensor,
+  upper: tf.Tensor,
+  max_clusters: int,
+  sim_threshold: float,
+  frozen: bool,
+  assign: tf.Tensor,
+  num_clusters: tf.Tensor,
+  snapshot: tf.Tensor,
+  taken: tf.Tensor,
+):
+  """One GREEDY_MAC step: a join, a new pair, or the end (the rest -1).
+
+  Args:
+    sim: float32 [K, K] client similarities.
+    upper: bool [K, K], the pairs (a, b) with a < b.
+    max_clusters: S.
+    sim_threshold: sim_t.
+    frozen: Whether late joins compare with the clusters as they were
+      when the cap was reached (`snapshot`, saved once `taken`).
+    assign: int32 [K], a cluster id, `_UNASSIGNED` or `_UNCLUSTERED`.
+    num_clusters: The clusters opened so far.
+    snapshot: float32 [S, K], the frozen memberships.
+    taken: Whether `snapshot` has been taken.
+
+  Returns:
+    The loop variables `(assign, num_clusters, stop, snapshot, taken)`.
+  """
+  free = tf.equal(assign, _UNASSIGNED)
+  a, b, bp = _best_pair(sim, upper, free)
+  under_cap = num_clusters < max_clusters
+  members = tf.transpose(tf.one_hot(assign, max_clusters))  # [S, K]
+  if frozen:  # The clusters as they were when the cap was reached.
+    snapshot = tf.where(tf.logical_or(under_cap, taken), snapshot, members)
+    taken = tf.logical_or(taken, tf.logical_not(under_cap))
+    members = tf.where(under_cap, members, snapshot)
+  s, u, bj = _best_join(sim, members, free)
+  join, open_pair, stop = _join_or_open(bp, bj, under_cap, sim_threshold)
+  index = tf.range(tf.shape(sim)[0])
+  assign = tf.where(tf.logical_and(join, tf.equal(index, u)), s, assign)
+  assign = tf.where(
+    tf.logical_and(
+      open_pair, tf.logical_or(tf.equal(index, a), tf.equal(index, b))
+    ),
+    num_clusters,
+    assign,
+  )
+  assign = tf.where(tf.logical_and(stop, free), _UNCLUSTERED, assign)
+  num_clusters += tf.cast(open_pair, tf.int32)
+  return assign, num_clusters, stop, snapshot, taken
+
+
 def greedy_macro_classes(
   sim: tf.Tensor,
   max_clusters: int,
@@ -81,54 +186,19 @@ def greedy_macro_classes(
   """
   late_join_mode = _parse('late_join_mode', late_join_mode)
   k = tf.shape(sim)[0]
-  neg_inf = tf.constant(-np.inf, tf.float32)
   upper = tf.linalg.band_part(tf.ones([k, k], tf.bool), 0, -1)
   upper = tf.logical_and(upper, tf.logical_not(tf.eye(k, dtype=tf.bool)))
   frozen = late_join_mode == options.FedSaLateJoinMode.FROZEN
 
-  def body(assign, num_clusters, done, snapshot, taken):
-    free = tf.equal(assign, _UNASSIGNED)
-    pairs = tf.where(
-      tf.logical_and(upper, free[:, None] & free[None, :]), sim, neg_inf
-    )
-    best_pair = tf.argmax(tf.reshape(pairs, [-1]), output_type=tf.int32)
-    bp = tf.reduce_max(pairs)
-    a, b = best_pair // k, best_pair % k
-    under_cap = num_clusters < max_clusters
-    members = tf.transpose(tf.one_hot(assign, max_clusters))  # [S, K]
-    if frozen:  # The clusters as they were when the cap was reached.
-      snapshot = tf.where(tf.logical_or(under_cap, taken), snapshot, members)
-      taken = tf.logical_or(taken, tf.logical_not(under_cap))
-      members = tf.where(under_cap, members, snapshot)
-    size = tf.reduce_sum(members, axis=1)
-    csim = tf.math.divide_no_nan(tf.linalg.matmul(members, sim), size[:, None])
-    joins = tf.where(
-      tf.logical_and(size[:, None] > 0, free[None, :]), csim, neg_inf
-    )
-    best_join = tf.argmax(tf.reshape(joins, [-1]), output_type=tf.int32)
-    bj = tf.reduce_max(joins)
-    s, u = best_join // k, best_join % k
-    nothing = tf.logical_and(tf.equal(bp, neg_inf), tf.equal(bj, neg_inf))
-    join = tf.where(under_cap, bj >= bp, bj > sim_threshold)
-    join = tf.logical_and(join, tf.logical_not(nothing))
-    open_pair = tf.logical_and(
-      under_cap, tf.logical_and(tf.logical_not(join), tf.logical_not(nothing))
-    )
-    stop = tf.logical_not(tf.logical_or(join, open_pair))
-    index = tf.range(k)
-    assign = tf.where(tf.logical_and(join, tf.equal(index, u)), s, assign)
-    assign = tf.where(
-      tf.logical_and(
-        open_pair, tf.logical_or(tf.equal(index, a), tf.equal(index, b))
-      ),
+  def body(assign, num_clusters, unused_done, snapshot, taken):
+    return _greedy_step(
+      sim,
+      upper,
+      max_clusters,
+      sim_threshold,
+      frozen,
+      assign,
       num_clusters,
-      assign,
-    )
-    assign = tf.where(tf.logical_and(stop, free), _UNCLUSTERED, assign)
-    return (
-      assign,
-      num_clusters + tf.cast(open_pair, tf.int32),
-      stop,
       snapshot,
       taken,
     )
