@@ -291,6 +291,21 @@ class RefusalTest(absltest.TestCase):
       '--client_optimizer_state=reset, or raise --max_client_state_mib',
     )
 
+  def test_the_demo_refuses_before_its_first_run(self):
+    # The demo runs every method in turn; FedCDA's refusal must not wait.
+    output_dir = os.path.join(self.create_tempdir().full_path, 'demo')
+    result = test_utils.run_module(
+      'experiments.demo',
+      [f'--output_dir={output_dir}', '--client_optimizer_state=persistent'],
+      marker=_MARKER,
+      check=False,
+    )
+    problems = _problem_lines(result.stderr)
+    self.assertEqual(result.returncode, 1, result.stderr[-2000:])
+    self.assertLen(problems, 1, problems)
+    self.assertIn('does not combine with --aggregator=fedcda', problems[0])
+    self.assertFalse(os.path.exists(output_dir))
+
   def test_fedcda(self):
     self.assert_refused(
       dict(aggregator='fedcda'),
