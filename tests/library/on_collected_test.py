@@ -119,6 +119,30 @@ class ValidClientModelsTest(parameterized.TestCase):
     valid = self._check(weights, deltas, [0.5, 1.0, 1e-30, 7.0])
     self.assertTrue(np.all(valid))
 
+  def test_deltas_and_a_further_condition(self):
+    # FedCDA's rows: (id, delta, loss); the delta columns and an id check.
+    rng = np.random.default_rng(3)
+    weights = rng.normal(size=_D).astype(np.float32)
+    deltas = rng.normal(size=[4, _D]).astype(np.float32)
+    rows = np.concatenate(
+      [np.arange(4, dtype=np.float32)[:, None], deltas, np.ones([4, 1])], 1
+    ).astype(np.float32)
+    rows[1, -1] = np.nan  # Outside the deltas: still makes the row invalid.
+    models, got_weights, valid = on_collected.valid_client_models(
+      tf.constant(weights),
+      collections.OrderedDict(
+        values=tf.constant(rows),
+        weights=tf.constant([1.0, 2.0, 0.0, 4.0]),
+      ),
+      deltas=tf.constant(deltas),
+      also_valid=tf.constant([True, True, True, False]),
+    )
+    # 1: a non-finite row; 2: weight 0 (also_valid does not rescue it); 3:
+    # fails also_valid.
+    np.testing.assert_array_equal(valid, [True, False, False, False])
+    np.testing.assert_array_equal(models, weights[None, :] - deltas[:1])
+    np.testing.assert_array_equal(got_weights, [1.0])
+
   @parameterized.parameters(0, 3)
   def test_no_valid_client_gives_no_rows(self, n):
     weights = np.arange(_D, dtype=np.float32)
