@@ -253,6 +253,17 @@ class StatefulClientWorkTest(absltest.TestCase):
         max_state_bytes=100,
       )
 
+  def test_refuses_counts_that_are_not_positive_ints(self):
+    optimizer = tff.learning.optimizers.build_sgdm(_LR, momentum=_MOMENTUM)
+    for num_clients, max_clients in ((True, 1), (5, 2.0), (5, 0)):
+      with self.assertRaisesRegex(ValueError, 'must be a positive int'):
+        stateful.build_stateful_client_work(
+          test_utils.tiny_model_fn,
+          optimizer,
+          num_clients=num_clients,
+          max_clients=max_clients,
+        )
+
   def test_a_round_refuses_an_id_outside_the_population(self):
     data = tff_aggregators.with_client_ids(self.datasets[:1], [_POPULATION])
     with self.assertRaisesRegex(Exception, r'outside \[0, num_clients=5\)'):
