@@ -11,6 +11,7 @@ from tests import numpy_references
 from tests import test_utils
 from tff_aggregators import algorithms
 from tff_aggregators.client_works import identified
+from tff_aggregators.finalizers import fedcda
 
 _OPTIMIZER = tff.learning.optimizers.build_sgdm(learning_rate=0.5)
 _POPULATION = 6
@@ -388,6 +389,32 @@ class FedCdaTest(parameterized.TestCase):
       algorithms.build_fedcda_process(
         test_utils.tiny_model_fn, _OPTIMIZER, num_clients=10**7, max_clients=4
       )
+
+  def test_history_bound_is_inclusive(self):
+    # N K D float32 bytes: 6 clients x 3 models x 8 parameters x 4 bytes.
+    fedcda.check_history_size(6, 3, 8, max_state_bytes=576)
+    with self.assertRaisesRegex(ValueError, 'max_state_bytes'):
+      fedcda.check_history_size(6, 3, 8, max_state_bytes=575)
+
+  def test_options_default_to_the_papers_settings(self):
+    # K = 3, B = 3, L = 1, 50 warm-up rounds, the paper's selection rule,
+    # as build_fedcda_process's defaults (a hand-composed finalizer gets
+    # the same).
+    self.assertEqual(
+      fedcda.FedCdaOptions(),
+      fedcda.FedCdaOptions(
+        memory_size=3,
+        num_batches=3,
+        smoothness=1.0,
+        warmup_rounds=50,
+        seed=0,
+        selection='approx',
+        divergence='squared_l2',
+        later_batches='excluded',
+        warmup_aggregation='fedavg',
+        batch_param='num_batches',
+      ),
+    )
 
   @parameterized.named_parameters(('last_epoch', 3), ('all_steps', None))
   def test_client_reports_the_last_epoch_loss(self, local_epochs):
