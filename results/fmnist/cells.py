@@ -383,4 +383,127 @@ FEDGLAD = Cell(
   headline=('fedavg_glad', 'fedavgm_glad', 'fedadam_glad'),
 )
 
-CELLS = {cell.name: cell for cell in (FEDLAW, FEDLWS, FEDCDA, FEDGLAD, FEDSA)}
+# The FedLWS authors' code's choices that our protocol does not make
+# (docs/experiments.md, docs/stateful_clients.md): each client's optimiser
+# state (SGD momentum) kept across the rounds it takes part in; 70% of each
+# client's examples for training (the code holds out 30% for validation).
+_PERSISTENT = dict(client_optimizer_state='persistent')
+_TRAIN_70 = dict(client_train_fraction=0.7)
+_LWS = FEDLWS.methods['fedavg_lws']
+# The code's beta, with the same clip of beta*tau to [0.01, 0.2].
+_LWS_CODE_BETA = dict(_LWS, fedlws_beta=0.03)
+
+FEDLWS_PROTOCOL = Cell(
+  name='fedlws_protocol',
+  title="FedLWS at alpha 0.1 with its authors' code's choices, one at a "
+  'time (persistent client momentum, beta 0.03, 70% training data)',
+  source=(
+    "Shi et al., ICLR 2025, Table 1 (alpha 0.1), on the FedLWS cell's "
+    "protocol with the authors' code's choices"
+  ),
+  rounds=200,
+  seeds=(10, 11, 12),
+  common=_FEDLWS_PROTOCOL,
+  settings={'alpha0.1': dict(alpha=0.1)},
+  methods={
+    'fedavg': FEDLWS.methods['fedavg'],
+    'fedavg_lws': _LWS,
+    'fedavg_persistent': dict(aggregator='fedavg', **_PERSISTENT),
+    'fedavg_lws_persistent': dict(_LWS, **_PERSISTENT),
+    'fedavg_lws_beta0.03': _LWS_CODE_BETA,  # FedAvg has no beta.
+    'fedavg_train0.7': dict(aggregator='fedavg', **_TRAIN_70),
+    'fedavg_lws_train0.7': dict(_LWS, **_TRAIN_70),
+    'fedavg_all': dict(aggregator='fedavg', **_PERSISTENT, **_TRAIN_70),
+    'fedavg_lws_all': dict(_LWS_CODE_BETA, **_PERSISTENT, **_TRAIN_70),
+  },
+  baseline='fedavg',
+  # Each choice's FedAvg is the baseline of its LWS run (not compared with
+  # the FedAvg without it: the paper has no number for that).
+  paired={
+    'fedavg_persistent': 'fedavg_persistent',
+    'fedavg_lws_persistent': 'fedavg_persistent',
+    'fedavg_train0.7': 'fedavg_train0.7',
+    'fedavg_lws_train0.7': 'fedavg_train0.7',
+    'fedavg_all': 'fedavg_all',
+    'fedavg_lws_all': 'fedavg_all',
+  },
+  # The paper's alpha 0.1 rows, against every configuration.
+  paper={
+    ('alpha0.1', method): FEDLWS.paper[('alpha0.1', base)]
+    for method, base in (
+      ('fedavg', 'fedavg'),
+      ('fedavg_lws', 'fedavg_lws'),
+      ('fedavg_persistent', 'fedavg'),
+      ('fedavg_lws_persistent', 'fedavg_lws'),
+      ('fedavg_lws_beta0.03', 'fedavg_lws'),
+      ('fedavg_train0.7', 'fedavg'),
+      ('fedavg_lws_train0.7', 'fedavg_lws'),
+      ('fedavg_all', 'fedavg'),
+      ('fedavg_lws_all', 'fedavg_lws'),
+    )
+  },
+  headline=(
+    'fedavg_lws_persistent',
+    'fedavg_lws_beta0.03',
+    'fedavg_lws_train0.7',
+    'fedavg_lws_all',
+  ),
+  plotted_metrics=('train/finalizer/gamma',),
+  shared={
+    'fedavg': ('fedlws', 'alpha0.1'),
+    'fedavg_lws': ('fedlws', 'alpha0.1'),
+  },
+  best_round=True,
+)
+
+FEDLAW_PROTOCOL = Cell(
+  name='fedlaw_protocol',
+  title='FedLAW, MLP at alpha 0.1 with persistent client momentum (the '
+  "FedLWS code's clients)",
+  source=(
+    "Li et al., ICML 2023, Table 3 (MLP, alpha 0.1), on the FedLAW cell's "
+    'protocol with persistent client momentum'
+  ),
+  rounds=200,
+  seeds=(10,),
+  common=FEDLAW.common,
+  settings={'mlp_alpha0.1': FEDLAW.settings['mlp_alpha0.1']},
+  methods={
+    'fedavg': FEDLAW.methods['fedavg'],
+    'fedlaw': FEDLAW.methods['fedlaw'],
+    'fedavg_persistent': dict(FEDLAW.methods['fedavg'], **_PERSISTENT),
+    'fedlaw_persistent': dict(FEDLAW.methods['fedlaw'], **_PERSISTENT),
+  },
+  baseline='fedavg',
+  paired={
+    'fedavg_persistent': 'fedavg_persistent',
+    'fedlaw_persistent': 'fedavg_persistent',
+  },
+  paper={
+    ('mlp_alpha0.1', method): FEDLAW.paper[('mlp_alpha0.1', base)]
+    for method, base in (
+      ('fedavg', 'fedavg'),
+      ('fedlaw', 'fedlaw'),
+      ('fedavg_persistent', 'fedavg'),
+      ('fedlaw_persistent', 'fedlaw'),
+    )
+  },
+  headline=('fedlaw_persistent',),
+  shared={
+    'fedavg': ('fedlaw', 'mlp_alpha0.1'),
+    'fedlaw': ('fedlaw', 'mlp_alpha0.1'),
+  },
+)
+
+CELLS = {
+  cell.name: cell
+  for cell in (
+    FEDLAW,
+    FEDLWS,
+    FEDCDA,
+    FEDGLAD,
+    FEDSA,
+    FEDLWS_PROTOCOL,
+    FEDLAW_PROTOCOL,
+  )
+}

@@ -397,7 +397,10 @@ def index_method_lines() -> list[str]:
     'round 1.',
     '',
     'Differences every cell shares with TFF: the client optimizer state is '
-    "reset every round; a client's data is repeated E times and then "
+    'reset every round (except in the `_persistent` and `_all` methods of '
+    'the protocol-factor cells, fedlws_protocol and fedlaw_protocol, whose '
+    'clients keep their momentum across the rounds they take part in); a '
+    "client's data is repeated E times and then "
     'batched, so a batch can straddle two epochs.',
     '',
   ]
