@@ -71,6 +71,10 @@ TESTS = {
     'library.fedcda_test:FedCdaTest.test_rounds_match_numpy_k3_b2',
     'library.fedcda_test:FedCdaTest.test_rounds_match_numpy_b1_exhaustive_large_smoothness',
     'library.fedcda_test:FedCdaTest.test_small_cohorts_with_empty_and_non_finite_clients',
+    'library.fedcda_test:FedCdaTest.test_rounds_match_numpy_tensorwise_norm',
+    'library.fedcda_test:FedCdaTest.test_rounds_match_numpy_random',
+    'library.fedcda_test:FedCdaTest.test_history_bound_is_inclusive',
+    'library.fedcda_test:FedCdaTest.test_options_default_to_the_papers_settings',
   ],
   'tff_aggregators/finalizers/fedlaw.py': [
     'library.fedlaw_test',
