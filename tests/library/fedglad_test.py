@@ -358,9 +358,12 @@ class GradientSimilarityTest(absltest.TestCase):
 
   def test_a_group_at_the_degeneracy_threshold_is_degenerate(self):
     # "q or ||gbar||^2 <= tiny": a group exactly at `tiny` is degenerate.
+    # Group 0 has q at `tiny` and ||gbar||^2 one float32 step above it (q can
+    # round below ||gbar||^2); group 1 has ||gbar||^2 at `tiny`.
+    above = np.nextafter(np.float32(0.5), np.float32(1.0))
     gsi, valid = fedglad.gradient_similarity(
       np.array([0.5, 4.0, 4.0], np.float32),
-      np.array([0.25, 0.5, 1.0], np.float32),
+      np.array([above, 0.5, 1.0], np.float32),
       eps=0.0,
       tiny=0.5,
     )
