@@ -28,6 +28,26 @@ def _proxy(seed=0):
   return x, rng.integers(0, 2, size=_NUM_PROXY).astype(np.int64)
 
 
+class _TrainingShift(tf.keras.layers.Layer):
+  """Adds 1 to the first logit in training mode only."""
+
+  def call(self, inputs, training=None):
+    if training:
+      return inputs + tf.constant([1.0, 0.0])
+    return inputs
+
+
+def _training_shift_model_fn() -> tff.learning.models.VariableModel:
+  keras_model = tf.keras.Sequential(
+    [tf.keras.layers.Dense(2, input_shape=(3,)), _TrainingShift()]
+  )
+  return tff.learning.models.from_keras_model(
+    keras_model,
+    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
+  )
+
+
 def _one_round(
   variant, *, server_epochs=10, batch_size=32, seed=0, num_clients=3
 ):
@@ -119,6 +139,29 @@ class FedLawTest(parameterized.TestCase):
   def test_proxy_loss_does_not_increase(self):
     got, _, _, _, _ = _one_round('fedlaw', server_epochs=20)
     self.assertLess(got['proxy_loss_after'], got['proxy_loss_before'])
+
+  def test_proxy_loss_is_measured_in_training_mode(self):
+    # As the authors' search (model.train()): the proxy forward passes run
+    # with training=True. A layer that shifts the first logit in training
+    # only tells the two modes apart without randomness.
+    x, y = _proxy()
+    process = algorithms.build_fedlaw_process(
+      _training_shift_model_fn,
+      _CLIENT_OPTIMIZER,
+      proxy_data=(x, y),
+      max_clients=5,
+      server_epochs=0,  # The model is FedAvg's; both losses are its loss.
+    )
+    state = process.initialize()
+    output = process.next(state, test_utils.tiny_client_datasets(3))
+    kernel, bias = process.get_model_weights(output.state).trainable
+    logits = x.astype(np.float64) @ kernel + bias + [1.0, 0.0]
+    logits -= logits.max(axis=1, keepdims=True)
+    log_p = logits - np.log(np.exp(logits).sum(axis=1, keepdims=True))
+    want = -log_p[np.arange(_NUM_PROXY), y].mean()
+    got = output.metrics['finalizer']
+    self.assertAlmostEqual(got['proxy_loss_before'], want, delta=1e-5)
+    self.assertAlmostEqual(got['proxy_loss_after'], want, delta=1e-5)
 
   def test_one_client_has_lambda_one(self):
     got, _, (gamma, _, want), _, _ = _one_round('fedlaw', num_clients=1)
