@@ -3,6 +3,7 @@
 from collections.abc import Callable
 import gzip
 import os
+import re
 import sqlite3
 import struct
 import subprocess
@@ -227,15 +228,21 @@ def metrics_without_timing(output_dir: str) -> list[dict[str, str]]:
   return rows
 
 
-def tiny_model_fn() -> tff.learning.models.VariableModel:
-  """A 3-feature, 2-class linear Keras model (kernel and bias)."""
+def tiny_model_fn(*extra_layers) -> tff.learning.models.VariableModel:
+  """A 3-feature, 2-class linear Keras model (kernel and bias).
+
+  Args:
+    *extra_layers: Keras layers after the dense one (e.g. batch
+      normalization), for tests of how a client work runs the model.
+  """
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
   keras_model = tf.keras.Sequential(
     [
       tf.keras.layers.Dense(
         2, input_shape=(3,), kernel_initializer='glorot_uniform'
-      )
+      ),
+      *extra_layers,
     ]
   )
   return tff.learning.models.from_keras_model(
@@ -243,6 +250,18 @@ def tiny_model_fn() -> tff.learning.models.VariableModel:
     loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
   )
+
+
+def problem_lines(stderr: str) -> list[str]:
+  """stderr without INFO logs, TF's C++ start-up logs and absl's usage hint."""
+  return [
+    l
+    for l in stderr.splitlines()
+    if l.strip()
+    and not re.match(r'I\d{4} |\d{4}-\d\d-\d\d ', l)
+    and 'rebuild TensorFlow' not in l
+    and '--helpshort' not in l
+  ]
 
 
 def tiny_client_datasets(num_clients: int, seed: int = 0) -> list:

@@ -10,7 +10,6 @@ in this process as the binary's `main`; the refusals as a user runs them.
 """
 
 import os
-import re
 import signal
 import tempfile
 
@@ -249,18 +248,6 @@ class EveryMethodTest(absltest.TestCase):
       )
 
 
-def _problem_lines(stderr: str) -> list[str]:
-  """stderr without INFO logs, TF's C++ start-up logs and absl's usage hint."""
-  return [
-    l
-    for l in stderr.splitlines()
-    if l.strip()
-    and not re.match(r'I\d{4} |\d{4}-\d\d-\d\d ', l)
-    and 'rebuild TensorFlow' not in l
-    and '--helpshort' not in l
-  ]
-
-
 class RefusalTest(absltest.TestCase):
   def assert_refused(self, overrides, *messages):
     """Exit 1, one line naming the problem, no traceback, no file."""
@@ -273,7 +260,7 @@ class RefusalTest(absltest.TestCase):
       marker=_MARKER,
       check=False,
     )
-    problems = _problem_lines(result.stderr)
+    problems = test_utils.problem_lines(result.stderr)
     self.assertEqual(result.returncode, 1, result.stderr[-2000:])
     self.assertLen(problems, 1, problems)
     for message in messages:
@@ -300,7 +287,7 @@ class RefusalTest(absltest.TestCase):
       marker=_MARKER,
       check=False,
     )
-    problems = _problem_lines(result.stderr)
+    problems = test_utils.problem_lines(result.stderr)
     self.assertEqual(result.returncode, 1, result.stderr[-2000:])
     self.assertLen(problems, 1, problems)
     self.assertIn('does not combine with --aggregator=fedcda', problems[0])

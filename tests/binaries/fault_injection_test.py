@@ -8,7 +8,6 @@ Fashion-MNIST subset, 1-3 rounds); repeats of a covered path need
 """
 
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -66,22 +65,10 @@ def _run(output_dir, **overrides):
   )
 
 
-def _problem_lines(stderr: str) -> list[str]:
-  """stderr without INFO logs, TF's C++ start-up logs and absl's usage hint."""
-  return [
-    l
-    for l in stderr.splitlines()
-    if l.strip()
-    and not re.match(r'I\d{4} |\d{4}-\d\d-\d\d ', l)
-    and 'rebuild TensorFlow' not in l
-    and '--helpshort' not in l
-  ]
-
-
 class _FaultTest(parameterized.TestCase):
   def assert_refused(self, result, output_dir, message):
     """Exit 1, one line naming the problem, no traceback, no file."""
-    problems = _problem_lines(result.stderr)
+    problems = test_utils.problem_lines(result.stderr)
     self.assertEqual(result.returncode, 1, result.stderr[-2000:])
     self.assertLen(problems, 1, problems)
     self.assertIn(message, problems[0])
@@ -199,7 +186,7 @@ class DivergenceTest(_FaultTest):
       test_utils.skip_unless_full_suite(self, 'the same loop check')
     output_dir = self.create_tempdir().full_path
     result = _run(output_dir, aggregator=aggregator, client_lr=1e4)
-    problems = _problem_lines(result.stderr)
+    problems = test_utils.problem_lines(result.stderr)
     self.assertEqual(result.returncode, 1, result.stderr[-2000:])
     self.assertNotIn('Traceback', result.stderr)
     self.assertIn('no client contributed', problems[-1])

@@ -23,17 +23,7 @@ _STORES = (
 
 
 def _batch_normalization_model_fn() -> tff.learning.models.VariableModel:
-  keras_model = tf.keras.Sequential(
-    [
-      tf.keras.layers.Dense(2, input_shape=(3,)),
-      tf.keras.layers.BatchNormalization(),
-    ]
-  )
-  return tff.learning.models.from_keras_model(
-    keras_model,
-    loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    input_spec=(tf.TensorSpec([None, 3]), tf.TensorSpec([None], tf.int64)),
-  )
+  return test_utils.tiny_model_fn(tf.keras.layers.BatchNormalization())
 
 
 def setUpModule():
