@@ -76,9 +76,23 @@ def persistent_state_unsupported(
       "--aggregator=fedcda (its client work reports each client's loss "
       'and id to the server)'
     )
-  if proximal_strength:
-    return "--proximal_strength > 0 (FedProx's proximal client work)"
+  del proximal_strength  # FedProx's clients keep their state too.
   return None
+
+
+def _clients(inputs: ProcessInputs, name: str) -> dict[str, object]:
+  """A builder's `client_work` and `proximal_strength` for the flags.
+
+  With persistent state, FedProx's term is inside the stateful client work,
+  so the builder gets no `proximal_strength` of its own.
+  """
+  client_work = _client_work(inputs, name)
+  return dict(
+    client_work=client_work,
+    proximal_strength=(
+      0.0 if client_work is not None else inputs.proximal_strength
+    ),
+  )
 
 
 def _client_work(
@@ -113,6 +127,7 @@ def _client_work(
     max_clients=inputs.clients_per_round,
     client_weighting=client_weighting,
     max_state_bytes=inputs.max_client_state_bytes,
+    proximal_strength=inputs.proximal_strength,
   )
 
 
@@ -210,11 +225,10 @@ def _fedglad(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     model_aggregator=dropped_clients.DroppedClientsFactory(
       tff.aggregators.MeanFactory(no_nan_division=True)
     ),
-    proximal_strength=inputs.proximal_strength,
     gamma=FEDGLAD_GAMMA.value,
     beta=FEDGLAD_BETA.value,
     grouping=FEDGLAD_GROUPING.value,
-    client_work=_client_work(inputs, 'fedglad'),
+    **_clients(inputs, 'fedglad'),
   )
 
 
@@ -263,8 +277,7 @@ def _fedlws(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     tau_clip=tau_clip,
     grouping=FEDLWS_VARIANT.value,
     tau_mode=FEDLWS_TAU_MODE.value,
-    proximal_strength=inputs.proximal_strength,
-    client_work=_client_work(inputs, 'fedlws'),
+    **_clients(inputs, 'fedlws'),
   )
 
 
@@ -396,7 +409,6 @@ def _fedsa(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     inputs.model_fn,
     inputs.client_optimizer_fn,
     max_clients=inputs.clients_per_round,
-    proximal_strength=inputs.proximal_strength,
     cv_threshold=FEDSA_CV_T.value,
     sim_threshold=FEDSA_SIM_T.value,
     num_categories=FEDSA_CLASSES.value,
@@ -408,7 +420,7 @@ def _fedsa(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     weighted_mean=FEDSA_WEIGHTED_MEAN.value,
     late_join_mode=FEDSA_LATE_JOIN_MODE.value,
     cluster_scope=FEDSA_CLUSTER_SCOPE.value,
-    client_work=_client_work(inputs, 'fedsa'),
+    **_clients(inputs, 'fedsa'),
   )
 
 

@@ -182,10 +182,16 @@ class EveryMethodTest(absltest.TestCase):
       rng.normal(size=(20, 3)).astype(np.float32),
       rng.integers(0, 2, size=20).astype(np.int64),
     )
-    datasets = test_utils.tiny_client_datasets(6)
+    # Batches of 2: several local steps, so FedProx's term acts.
+    datasets = [
+      d.unbatch().batch(2) for d in test_utils.tiny_client_datasets(6)
+    ]
     cohorts = [[0, 1, 2, 3], [1, 2, 4, 5]]
+    methods = [(n, 0.0) for n in ('fedavg', 'fedglad', 'fedlaw', 'fedlws')]
+    methods += [('fedsa', 0.0)]
+    methods += [(n, 0.1) for n in ('fedavg', 'fedglad', 'fedlws', 'fedsa')]
     with flagsaver.flagsaver(fedlaw_server_epochs=2, fedlaw_proxy_batch_size=8):
-      for name in ('fedavg', 'fedglad', 'fedlaw', 'fedlws', 'fedsa'):
+      for name, proximal_strength in methods:
         models = {}
         for state in ('reset', 'persistent'):
           process = registry.build_process(
@@ -199,6 +205,7 @@ class EveryMethodTest(absltest.TestCase):
               num_clients=6,
               proxy_data=proxy,
               client_optimizer_state=state,
+              proximal_strength=proximal_strength,
             ),
           )
           if state == 'reset':
@@ -224,13 +231,15 @@ class EveryMethodTest(absltest.TestCase):
               name,
             )
         np.testing.assert_array_equal(
-          models['persistent'], models['reset'], err_msg=name
+          models['persistent'],
+          models['reset'],
+          err_msg=f'{name}, proximal_strength={proximal_strength}',
         )
         self.assertFalse(
           np.array_equal(models['reset'], test_utils.flat_trainable(initial))
         )
 
-  def test_fedcda_and_fedprox_are_refused(self):
+  def test_fedcda_is_refused(self):
     inputs = dict(
       model_fn=test_utils.tiny_model_fn,
       client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
@@ -242,10 +251,6 @@ class EveryMethodTest(absltest.TestCase):
     )
     with self.assertRaisesRegex(ValueError, 'does not combine with --agg'):
       registry.build_process('fedcda', registry.ProcessInputs(**inputs))
-    with self.assertRaisesRegex(ValueError, r'--proximal_strength > 0'):
-      registry.build_process(
-        'fedlws', registry.ProcessInputs(**inputs, proximal_strength=0.1)
-      )
 
 
 class RefusalTest(absltest.TestCase):
@@ -300,15 +305,12 @@ class RefusalTest(absltest.TestCase):
       '--aggregator=fedcda',
     )
 
-  def test_fedprox_at_parsing(self):
+  def test_fedprox_is_accepted_at_parsing(self):
     # In process: the validator `app.run` applies at parsing.
     with flagsaver.flagsaver():
       flags.FLAGS.proximal_strength = 0.1
-      with self.assertRaisesRegex(
-        flags.IllegalFlagValueError,
-        r'persistent does not combine with --proximal_strength > 0',
-      ):
-        flags.FLAGS.client_optimizer_state = 'persistent'
+      flags.FLAGS.client_optimizer_state = 'persistent'  # No error.
+      self.assertEqual(flags.FLAGS.client_optimizer_state, 'persistent')
 
   def test_the_size_is_printed_before_training(self):
     output_dir = self.create_tempdir().full_path

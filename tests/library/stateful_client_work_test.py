@@ -206,6 +206,67 @@ class StatefulClientWorkTest(absltest.TestCase):
         else:  # Clients 1 (round 2) and 0 (round 3) resume their momentum.
           self.assertGreater(min(differences[1:]), 1e-3)
 
+  def test_fedprox_clients_with_persistent_state(self):
+    # mu (w - w_global) added to every local gradient, as FedProx's client
+    # work; at momentum 0 nothing persists, so it is TFF-style FedProx.
+    mu = 0.5
+    results = {}
+    for momentum in (0.0, _MOMENTUM):
+      optimizer = tff.learning.optimizers.build_sgdm(_LR, momentum=momentum)
+      process = _compose(
+        stateful.build_stateful_client_work(
+          test_utils.tiny_model_fn,
+          optimizer,
+          num_clients=_POPULATION,
+          max_clients=3,
+          proximal_strength=mu,
+        )
+      )
+      fedprox = tff_aggregators.build_weighted_fed_prox(
+        test_utils.tiny_model_fn,
+        mu,
+        optimizer,
+        tff.learning.optimizers.build_sgdm(1.0),
+      )
+      state = process.initialize()
+      reset = fedprox.set_model_weights(
+        fedprox.initialize(), process.get_model_weights(state)
+      )
+      differences = []
+      for ids in _COHORTS[:3]:
+        state = process.next(state, _identified(self.datasets, ids)).state
+        reset = fedprox.next(reset, [self.datasets[i] for i in ids]).state
+        got, want = _trainable(process, state), _trainable(fedprox, reset)
+        differences.append(
+          max(np.max(np.abs(g - w)) for g, w in zip(got, want))
+        )
+      results[momentum] = differences, got
+    self.assertLess(max(results[0.0][0]), 1e-6)
+    self.assertLess(results[_MOMENTUM][0][0], 1e-6)  # Round 1: all new.
+    self.assertGreater(min(results[_MOMENTUM][0][1:]), 1e-3)
+    # The proximal term acts: plain persistent SGD ends elsewhere.
+    plain = _stateful_process(momentum=0.0)
+    state = plain.initialize()
+    for ids in _COHORTS[:3]:
+      state = plain.next(state, _identified(self.datasets, ids)).state
+    self.assertGreater(
+      max(
+        np.max(np.abs(a - b))
+        for a, b in zip(_trainable(plain, state), results[0.0][1])
+      ),
+      1e-4,
+    )
+
+  def test_refuses_a_negative_proximal_strength(self):
+    with self.assertRaisesRegex(ValueError, 'proximal_strength must be'):
+      stateful.build_stateful_client_work(
+        test_utils.tiny_model_fn,
+        tff.learning.optimizers.build_sgdm(_LR),
+        num_clients=_POPULATION,
+        max_clients=3,
+        proximal_strength=-0.1,
+      )
+
   def test_checkpoint_round_trip_continues_identically(self):
     process = self.process
     run = lambda state, ids: (

@@ -27,7 +27,7 @@ from tff_aggregators import tff_compat
 from tff_aggregators.client_works import with_hparams
 
 
-class _ProximalOptimizer(tff.learning.optimizers.Optimizer):
+class ProximalOptimizer(tff.learning.optimizers.Optimizer):
   """`optimizer` stepping on gradient + mu (w - w_global) (FedProx eq. 2)."""
 
   def __init__(self, optimizer, proximal_strength, global_weights):
@@ -91,7 +91,7 @@ def build_proximal_client_work(
       weighting=client_weighting,
       loop_implementation=loop_implementation,
     )
-    proximal_optimizer = _ProximalOptimizer(
+    proximal_optimizer = ProximalOptimizer(
       optimizer, proximal_strength, initial_weights.trainable
     )
     return update(proximal_optimizer, initial_weights, dataset, hparams)

@@ -48,6 +48,7 @@ import tensorflow_federated as tff
 from tff_aggregators import tff_compat
 from tff_aggregators.aggregators import collect
 from tff_aggregators.client_works import identified
+from tff_aggregators.client_works import proximal
 from tff_aggregators.client_works import with_hparams
 from tff_aggregators.finalizers import on_collected
 
@@ -217,6 +218,7 @@ def build_stateful_client_work(
     tff.learning.LoopImplementation.DATASET_REDUCE
   ),
   max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
+  proximal_strength: float = 0.0,
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work with per-client optimizer state.
 
@@ -230,6 +232,9 @@ def build_stateful_client_work(
     metrics_aggregator: As in `build_model_delta_client_work`.
     loop_implementation: As in `build_model_delta_client_work`.
     max_state_bytes: The largest table of client states accepted.
+    proximal_strength: mu >= 0: FedProx's clients (`proximal.py`, the
+      gradient plus mu (w - w_global) at every step) when positive; the
+      persistent state is the wrapped optimizer's, as without it.
 
   Returns:
     A `ClientWorkProcess` whose client data is `with_client_ids`'s, whose
@@ -249,6 +254,13 @@ def build_stateful_client_work(
       f'{optimizer!r}.'
     )
   _check_counts(num_clients, max_clients)
+  if not (
+    isinstance(proximal_strength, (int, float)) and proximal_strength >= 0
+  ):
+    raise ValueError(
+      f'{_BUILDER}: proximal_strength must be a number >= 0, got '
+      f'{proximal_strength!r}.'
+    )
   if not isinstance(client_weighting, tff.learning.ClientWeighting):
     raise TypeError(
       f'{_BUILDER}: client_weighting must be a '
@@ -288,6 +300,7 @@ def build_stateful_client_work(
     metrics_aggregator=metrics_aggregator,
     num_clients=num_clients,
     max_clients=max_clients,
+    proximal_strength=float(proximal_strength),
   )
 
 
@@ -319,6 +332,7 @@ def _build_process(
   metrics_aggregator,
   num_clients,
   max_clients,
+  proximal_strength,
 ):
   """The `ClientWorkProcess` around the client update and the table write."""
   if metrics_aggregator is None:
@@ -346,7 +360,12 @@ def _build_process(
   @tff.tensorflow.computation(state_type, weights_type, data_type)
   def client_update(state, initial_weights, client_data):
     train = _build_training(
-      model_fn, optimizer, client_weighting, loop_implementation, num_clients
+      model_fn,
+      optimizer,
+      client_weighting,
+      loop_implementation,
+      num_clients,
+      proximal_strength,
     )
     return train(
       initial_weights,
@@ -463,7 +482,12 @@ def _write_rows(state, collected, row_type, num_clients):
 
 
 def _build_training(
-  model_fn, optimizer, client_weighting, loop_implementation, num_clients
+  model_fn,
+  optimizer,
+  client_weighting,
+  loop_implementation,
+  num_clients,
+  proximal_strength,
 ):
   """TFF's model-delta local training, starting from the client's state.
 
@@ -486,6 +510,11 @@ def _build_training(
     start = _start_state(
       optimizer, specs, hparams, table, has_state, num_clients
     )
+    step_optimizer = optimizer  # FedProx: the same state, another gradient.
+    if proximal_strength:
+      step_optimizer = proximal.ProximalOptimizer(
+        optimizer, proximal_strength, initial_weights.trainable
+      )
 
     def reduce_fn(state, element):
       num_examples, client_id, optimizer_state = state
@@ -495,7 +524,11 @@ def _build_training(
         lambda: optimizer_state,
       )
       optimizer_state, output = identified.local_step(
-        model, optimizer, weights, optimizer_state, element[identified.DATA]
+        model,
+        step_optimizer,
+        weights,
+        optimizer_state,
+        element[identified.DATA],
       )
       return (
         num_examples + identified.batch_examples(output),
