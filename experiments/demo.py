@@ -46,9 +46,7 @@ def main(argv: list[str]) -> None:
   ]
   if experiment.CLIENT_OPTIMIZER_STATE.value == 'persistent':
     for aggregator in aggregators:  # Before any run starts.
-      unsupported = registry.persistent_state_unsupported(
-        aggregator, experiment.PROXIMAL_STRENGTH.value
-      )
+      unsupported = registry.persistent_state_unsupported(aggregator)
       if unsupported:
         raise SystemExit(
           'error: --client_optimizer_state=persistent does not combine with '

@@ -73,7 +73,7 @@ CLIENT_MOMENTUM = flags.DEFINE_float(
 CLIENT_OPTIMIZER_STATE = flags.DEFINE_enum(
   'client_optimizer_state',
   'reset',
-  ['reset', 'persistent'],
+  list(registry.CLIENT_OPTIMIZER_STATES),
   'Client optimiser state (SGD momentum, Adam moments): reset every round '
   "(TFF's clients) or persistent per client between the rounds it takes "
   'part in (build_stateful_client_work, docs/stateful_clients.md).',
@@ -404,9 +404,7 @@ def _check_persistent_state(values: dict[str, object]) -> bool:
   """Refuses, at parsing, what persistent client state cannot combine with."""
   if values['client_optimizer_state'] != 'persistent':
     return True
-  unsupported = registry.persistent_state_unsupported(
-    values['aggregator'], values['proximal_strength']
-  )
+  unsupported = registry.persistent_state_unsupported(values['aggregator'])
   if unsupported:
     raise flags.ValidationError(
       f'--client_optimizer_state=persistent does not combine with '
@@ -416,7 +414,7 @@ def _check_persistent_state(values: dict[str, object]) -> bool:
 
 
 flags.register_multi_flags_validator(
-  ['client_optimizer_state', 'aggregator', 'proximal_strength'],
+  ['client_optimizer_state', 'aggregator'],
   _check_persistent_state,
 )
 
@@ -772,9 +770,7 @@ def _build_process(
     raise SystemExit(f'error: --aggregator={aggregator}: {e}') from e
 
 
-def _check_client_state(
-  task: tff.simulation.baselines.BaselineTask, aggregator: str
-) -> None:
+def _check_client_state(task: tff.simulation.baselines.BaselineTask) -> None:
   """With persistent client state: logs its size, refuses it above the limit.
 
   The table of `build_stateful_client_work` (clients x optimiser slots x
@@ -783,14 +779,6 @@ def _check_client_state(
   """
   if CLIENT_OPTIMIZER_STATE.value != 'persistent':
     return
-  unsupported = registry.persistent_state_unsupported(
-    aggregator, PROXIMAL_STRENGTH.value
-  )
-  if unsupported:  # The demo's other aggregators; the flags' are validated.
-    raise SystemExit(
-      f'error: --client_optimizer_state=persistent does not combine with '
-      f'{unsupported}; use --client_optimizer_state=reset.'
-    )
   size = stateful.state_size(
     task.model_fn,
     _client_optimizer(),
@@ -846,7 +834,7 @@ def run(
     )
   run_flags = _run_flags(aggregator)
   start_over = _check_resumable(output_dir, run_flags)
-  _check_client_state(task, aggregator)
+  _check_client_state(task)
   _use_workers()
   process = _build_process(task, aggregator, output_dir, proxy_data)
   if CLIENT_LR_DECAY.value != 1.0:

@@ -67,16 +67,13 @@ class ProcessInputs:
 CLIENT_OPTIMIZER_STATES = ('reset', 'persistent')
 
 
-def persistent_state_unsupported(
-  name: str, proximal_strength: float
-) -> Optional[str]:
+def persistent_state_unsupported(name: str) -> Optional[str]:
   """What persistent client optimizer state cannot combine with, if any."""
   if name == 'fedcda':
     return (
       "--aggregator=fedcda (its client work reports each client's loss "
       'and id to the server)'
     )
-  del proximal_strength  # FedProx's clients keep their state too.
   return None
 
 
@@ -110,7 +107,7 @@ def _client_work(
     )
   if inputs.client_optimizer_state == 'reset':
     return None
-  unsupported = persistent_state_unsupported(name, inputs.proximal_strength)
+  unsupported = persistent_state_unsupported(name)
   if unsupported:
     raise ValueError(
       f'persistent client optimizer state does not combine with {unsupported}.'

@@ -321,7 +321,7 @@ class RefusalTest(absltest.TestCase):
       absltest.mock.patch('builtins.print') as printed,
     ):
       experiment._check_client_state(  # pylint: disable=protected-access
-        experiment.load_partitioned_task('fmnist')[0], 'fedavg'
+        experiment.load_partitioned_task('fmnist')[0]
       )
     printed.assert_called_once()
     self.assertEqual(

@@ -31,6 +31,7 @@ model; K = 1 takes that client's model. FedSA replaces the global model
 """
 
 import collections
+import inspect
 from typing import Any
 
 import numpy as np
@@ -447,33 +448,30 @@ def check_options(fedsa_options: dict[str, Any]) -> dict[str, Any]:
   Raises:
     ValueError: On an unknown option or a value out of range.
   """
-  known = set(_CHOICES) | {
-    'cv_threshold',
-    'sim_threshold',
-    'num_categories',
-    'max_clusters',
-    'mic_scale',
-    'weighted_mean',
+  defaults = {  # fedsa's keyword options, where their defaults live.
+    name: parameter.default
+    for name, parameter in inspect.signature(fedsa).parameters.items()
+    if parameter.kind is inspect.Parameter.KEYWORD_ONLY
   }
-  unknown = set(fedsa_options) - known
+  unknown = set(fedsa_options) - set(defaults)
   if unknown:
     raise ValueError(
-      f'Unknown FedSA options {sorted(unknown)}; known: {sorted(known)}.'
+      f'Unknown FedSA options {sorted(unknown)}; known: {sorted(defaults)}.'
     )
   fedsa_options = dict(fedsa_options)
   for name in _CHOICES:
     if name in fedsa_options:
       fedsa_options[name] = _parse(name, fedsa_options[name])
-  num_categories = fedsa_options.get('num_categories', 4)
-  max_clusters = fedsa_options.get('max_clusters', 4)
+  given = {**defaults, **fedsa_options}
+  num_categories, max_clusters = given['num_categories'], given['max_clusters']
   if num_categories < 1 or max_clusters < 1:
     raise ValueError(
       'num_categories and max_clusters must be >= 1, got '
       f'{num_categories}, {max_clusters}.'
     )
   for name in ('cv_threshold', 'sim_threshold'):
-    if not 0 <= fedsa_options.get(name, 0.2) <= 1:
-      raise ValueError(f'{name} must be in [0, 1], got {fedsa_options[name]}.')
+    if not 0 <= given[name] <= 1:
+      raise ValueError(f'{name} must be in [0, 1], got {given[name]}.')
   return fedsa_options
 
 
