@@ -78,11 +78,22 @@ CLIENT_OPTIMIZER_STATE = flags.DEFINE_enum(
   "(TFF's clients) or persistent per client between the rounds it takes "
   'part in (build_stateful_client_work, docs/stateful_clients.md).',
 )
+CLIENT_STATE_STORE = flags.DEFINE_enum(
+  'client_state_store',
+  'state',
+  list(registry.CLIENT_STATE_STORES),
+  'Where persistent client optimiser states live: the TFF state (every '
+  "client's row broadcast each round; small populations), a NumPy array "
+  'in the driver (memory, checkpointed) or a memory-mapped file in '
+  f'<output_dir>/{registry.CLIENT_STATE_DIR} (disk, only clients seen take '
+  "space); with memory and disk a round carries only the cohort's rows.",
+)
 MAX_CLIENT_STATE_MIB = flags.DEFINE_integer(
   'max_client_state_mib',
   64,
-  'Refuse a persistent client optimiser state (clients x optimiser slots '
-  'x parameters x 4 bytes, kept in the TFF state) above this.',
+  'Refuse persistent client optimiser states in the TFF state (clients x '
+  'optimiser slots x parameters x 4 bytes) above this; with '
+  "--client_state_store=memory|disk, the cohort's rows.",
 )
 CLIENT_TRAIN_FRACTION = flags.DEFINE_float(
   'client_train_fraction',
@@ -764,6 +775,7 @@ def _build_process(
         local_epochs=LOCAL_EPOCHS.value,
         client_optimizer_state=CLIENT_OPTIMIZER_STATE.value,
         max_client_state_bytes=MAX_CLIENT_STATE_MIB.value * 2**20,
+        client_state_store=CLIENT_STATE_STORE.value,
       ),
     )
   except ValueError as e:  # A method's settings that cannot work.
@@ -773,31 +785,49 @@ def _build_process(
 def _check_client_state(task: tff.simulation.baselines.BaselineTask) -> None:
   """With persistent client state: logs its size, refuses it above the limit.
 
-  The table of `build_stateful_client_work` (clients x optimiser slots x
-  parameters x 4 bytes) is in the server state and broadcast to every client
-  of a round. Runs before anything is written; nothing with reset state.
+  In the TFF state (`--client_state_store=state`) the table of every client
+  (clients x optimiser slots x parameters x 4 bytes) is broadcast to each
+  client of a round; in a driver-side store (memory, disk) each client has
+  two slots there and a round carries the cohort's rows only. Runs before
+  anything is written; nothing with reset state.
   """
   if CLIENT_OPTIMIZER_STATE.value != 'persistent':
     return
-  size = stateful.state_size(
-    task.model_fn,
-    _client_optimizer(),
-    len(task.datasets.train_data.client_ids),
-  )
-  if size.total_bytes > MAX_CLIENT_STATE_MIB.value * 2**20:
+  population = len(task.datasets.train_data.client_ids)
+  cohort = CLIENTS_PER_ROUND.value
+  store = CLIENT_STATE_STORE.value
+  size = stateful.state_size(task.model_fn, _client_optimizer(), population)
+  table = size
+  if store != 'state':
+    table = stateful.state_size(task.model_fn, _client_optimizer(), cohort)
+  if table.total_bytes > MAX_CLIENT_STATE_MIB.value * 2**20:
+    fix = (
+      '--client_state_store=memory or disk (only the cohort enters a '
+      'round), a smaller population (--num_clients)'
+      if store == 'state'
+      else 'a smaller --clients_per_round'
+    )
     raise SystemExit(
       'error: --client_optimizer_state=persistent needs '
-      f'{size.describe()} of client optimiser state, above '
-      f'--max_client_state_mib={MAX_CLIENT_STATE_MIB.value}: use a smaller '
-      'population (--num_clients), a stateless client optimiser '
-      '(--client_optimizer=sgd --client_momentum=0) or '
-      '--client_optimizer_state=reset, or raise --max_client_state_mib.'
+      f'{table.describe()} of client optimiser state in the TFF state, '
+      f'above --max_client_state_mib={MAX_CLIENT_STATE_MIB.value}: use '
+      f'{fix}, a stateless client optimiser (--client_optimizer=sgd '
+      '--client_momentum=0) or --client_optimizer_state=reset, or raise '
+      '--max_client_state_mib.'
     )
-  cohort = CLIENTS_PER_ROUND.value
+  broadcast = cohort * table.total_bytes / 2**20
+  if store == 'state':
+    where = 'in the server state, broadcast to each of the'
+  else:
+    where = (
+      f'in a driver-side store ({store}: two slots per client, at most '
+      f'{2 * size.total_bytes / 2**20:,.1f} MiB'
+      + (', only clients seen take space' if store == 'disk' else '')
+      + "); the cohort's rows go to each of the"
+    )
   line = (
-    f'Persistent client optimiser state: {size.describe()} in the server '
-    f'state, broadcast to each of the {cohort} clients of a round '
-    f'({cohort * size.total_bytes / 2**20:,.1f} MiB per round).'
+    f'Persistent client optimiser state: {size.describe()} {where} '
+    f'{cohort} clients of a round ({broadcast:,.1f} MiB per round).'
   )
   logging.info('%s', line)
   print(line, flush=True)

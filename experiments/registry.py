@@ -46,7 +46,13 @@ class ProcessInputs:
       fresh optimizer state) or 'persistent' (each client's optimizer state
       is kept between its rounds: `build_stateful_client_work` replaces the
       method's client work; needs `num_clients` and `clients_per_round`).
-    max_client_state_bytes: The largest table of persistent client states.
+    max_client_state_bytes: The largest table of persistent client states
+      in the TFF state.
+    client_state_store: Where persistent client states live: 'state' (the
+      TFF state, broadcast every round), 'memory' (`InMemoryClientStore`,
+      checkpointed) or 'disk' (`MemmapClientStore` in
+      `<output_dir>/client_states`); only the cohort's rows enter a round
+      with the last two.
   """
 
   model_fn: Callable[[], tff.learning.models.VariableModel]
@@ -62,9 +68,12 @@ class ProcessInputs:
   local_epochs: Optional[int] = None
   client_optimizer_state: str = 'reset'
   max_client_state_bytes: int = stateful.DEFAULT_MAX_STATE_BYTES
+  client_state_store: str = 'state'
 
 
 CLIENT_OPTIMIZER_STATES = ('reset', 'persistent')
+CLIENT_STATE_STORES = ('state', 'memory', 'disk')
+CLIENT_STATE_DIR = 'client_states'  # Under the run's output directory.
 
 
 def persistent_state_unsupported(name: str) -> Optional[str]:
@@ -125,6 +134,27 @@ def _client_work(
     client_weighting=client_weighting,
     max_state_bytes=inputs.max_client_state_bytes,
     proximal_strength=inputs.proximal_strength,
+    client_store=_client_store(inputs),
+  )
+
+
+def _client_store(
+  inputs: ProcessInputs,
+) -> Optional[tff_aggregators.ClientStore]:
+  """The store of persistent client states (None: the TFF state)."""
+  if inputs.client_state_store == 'state':
+    return None
+  if inputs.client_state_store == 'memory':
+    return tff_aggregators.InMemoryClientStore()
+  if inputs.client_state_store != 'disk':
+    raise ValueError(
+      f'client_state_store must be one of {CLIENT_STATE_STORES}, got '
+      f'{inputs.client_state_store!r}.'
+    )
+  if not inputs.output_dir:
+    raise ValueError('--client_state_store=disk needs an output directory.')
+  return tff_aggregators.MemmapClientStore(
+    os.path.join(inputs.output_dir, CLIENT_STATE_DIR)
   )
 
 

@@ -65,6 +65,7 @@ RUN_ENTRIES = (
   CHECKPOINT_DIR,
   TENSORBOARD_DIR,
   'fedcda_history',
+  'client_states',  # registry.CLIENT_STATE_DIR
 )
 
 

@@ -528,7 +528,7 @@ class FedCdaServer:
 
 
 def linear_softmax_client_delta(
-  weights, batches, *, lr, momentum=0.0, mu=0.0, with_loss=False
+  weights, batches, *, lr, momentum=0.0, mu=0.0, with_loss=False, buffers=None
 ):
   """A client of the linear softmax model by SGD(M), FedProx's term included.
 
@@ -537,11 +537,16 @@ def linear_softmax_client_delta(
   is [kernel [F, C], bias [C]], `batches` (x, y) arrays; momentum as TFF's
   SGDM (buffer = momentum * buffer + g). Returns the delta w_global - w, and
   with `with_loss` also the training loss TFF reports (each batch's mean
-  cross-entropy before its step, weighted by its examples).
+  cross-entropy before its step, weighted by its examples). Given
+  `buffers` (a client's momentum kept from its last round), starts from them
+  and returns (delta, the final buffers).
   """
   w0 = [np.asarray(v, np.float64) for v in weights]
   w = [v.copy() for v in w0]
-  buffers = [np.zeros_like(v) for v in w]
+  kept = buffers
+  if buffers is None:
+    buffers = [np.zeros_like(v) for v in w]
+  buffers = [np.array(b, np.float64) for b in buffers]
   total_loss, count = 0.0, 0
   for x, y in batches:
     x = np.asarray(x, np.float64)
@@ -556,6 +561,8 @@ def linear_softmax_client_delta(
       buffers[i] = momentum * buffers[i] + grads[i] + mu * (w[i] - w0[i])
       w[i] = w[i] - lr * buffers[i]
   delta = [a - b for a, b in zip(w0, w)]
+  if kept is not None:
+    return delta, buffers
   return (delta, total_loss / count) if with_loss else delta
 
 

@@ -2,6 +2,7 @@
 
 from collections.abc import Callable
 import gzip
+import json
 import os
 import re
 import sqlite3
@@ -226,6 +227,11 @@ def metrics_without_timing(output_dir: str) -> list[dict[str, str]]:
   for row in rows:
     del row['round_seconds']
   return rows
+
+
+def metric_values(text: str):
+  """A metrics CSV cell (a number or a list of numbers) as a float array."""
+  return np.asarray(json.loads(text.replace('nan', 'NaN')), np.float64)
 
 
 def tiny_model_fn(*extra_layers) -> tff.learning.models.VariableModel:

@@ -22,6 +22,7 @@ from tff_aggregators.algorithms.fedlaw import build_fedlaw_process
 from tff_aggregators.algorithms.fedlaw import check_proxy_data
 from tff_aggregators.algorithms.fedlws import build_fedlws_process
 from tff_aggregators.algorithms.fedsa import build_fedsa_process
+from tff_aggregators.algorithms.stored_client_state import with_client_store
 from tff_aggregators.client_works.identified import build_identified_client_work
 from tff_aggregators.client_works.identified import with_client_ids
 from tff_aggregators.client_works.proximal import build_proximal_client_work
@@ -51,6 +52,9 @@ from tff_aggregators.options import FedSaClusterScope
 from tff_aggregators.options import FedSaLateJoinMode
 from tff_aggregators.options import FedSaMicNormalization
 from tff_aggregators.options import FedSaZeroMeanPolicy
+from tff_aggregators.programs.client_store import ClientStore
+from tff_aggregators.programs.client_store import InMemoryClientStore
+from tff_aggregators.programs.client_store import MemmapClientStore
 from tff_aggregators.programs.data_sources import ClientDataSource
 from tff_aggregators.programs.data_sources import IdentifiedDataSource
 
@@ -58,6 +62,7 @@ __version__ = '0.1.0'
 
 __all__ = [
   'ClientDataSource',
+  'ClientStore',
   'CollectAllFactory',
   'DroppedClientsFactory',
   'FedCdaBatchParam',
@@ -80,7 +85,9 @@ __all__ = [
   'FedSaZeroMeanPolicy',
   'HistoryStore',
   'IdentifiedDataSource',
+  'InMemoryClientStore',
   'InMemoryHistoryStore',
+  'MemmapClientStore',
   'MemmapHistoryStore',
   'build_fedcda_finalizer',
   'build_fedcda_process',
@@ -100,4 +107,5 @@ __all__ = [
   'layer_groups',
   'model_layer_groups',
   'with_client_ids',
+  'with_client_store',
 ]

@@ -135,28 +135,69 @@ class PersistentStateTest(absltest.TestCase):
     self.assertEqual(resumed, self.persistent)
 
   def test_one_and_two_workers_agree(self):
-    workers = runtime.start_local_workers(2)
-    try:
-      two = _train(
-        self.create_tempdir().full_path,
-        client_optimizer_state='persistent',
-        workers=[w.address for w in workers],
-      )
-    finally:
-      for worker in workers:
-        worker.stop()
-      runtime.use_local_worker()
-    self.assertEqual(two[0].keys(), self.persistent[0].keys())
-    for row_two, row_one in zip(two, self.persistent, strict=True):
-      for key, value in row_one.items():
-        np.testing.assert_allclose(
-          float(row_two[key]), float(value), rtol=1e-5, atol=1e-6, err_msg=key
+    # FedAvg with the states in the TFF state; FedLWS with them in memory
+    # (its one-pass tau: the exact one needs two aggregation phases, which
+    # TFF's multi-worker runtime cannot split).
+    runs = [
+      (dict(client_optimizer_state='persistent'), self.persistent),
+      (
+        dict(
+          aggregator='fedlws',
+          fedlws_tau_mode='rms',
+          client_optimizer_state='persistent',
+          client_state_store='memory',
+        ),
+        None,
+      ),
+    ]
+    for overrides, one in runs:
+      if one is None:
+        one = _train(self.create_tempdir().full_path, **overrides)
+      workers = runtime.start_local_workers(2)
+      try:
+        two = _train(
+          self.create_tempdir().full_path,
+          workers=[w.address for w in workers],
+          **overrides,
         )
+      finally:
+        for worker in workers:
+          worker.stop()
+        runtime.use_local_worker()
+      self.assertEqual(two[0].keys(), one[0].keys())
+      for row_two, row_one in zip(two, one, strict=True):
+        for key, value in row_one.items():
+          np.testing.assert_allclose(
+            test_utils.metric_values(row_two[key]),
+            test_utils.metric_values(value),
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=f'{overrides}: {key}',
+          )
+
+  def test_client_stores_give_the_state_run(self):
+    # In memory: the whole run. On disk: stopped after round 1, resumed.
+    memory = _train(
+      self.create_tempdir().full_path,
+      client_optimizer_state='persistent',
+      client_state_store='memory',
+    )
+    self.assertEqual(memory, self.persistent)
+    output_dir = self.create_tempdir().full_path
+    disk = dict(client_optimizer_state='persistent', client_state_store='disk')
+    _train(output_dir, rounds=1, **disk)
+    self.assertTrue(
+      os.path.exists(
+        os.path.join(output_dir, registry.CLIENT_STATE_DIR, 'models.f32')
+      )
+    )
+    self.assertEqual(_train(output_dir, **disk), self.persistent)
 
   def test_the_flags_are_run_flags(self):
     run_flags = experiment._run_flags('fedavg')  # pylint: disable=protected-access
     self.assertEqual(run_flags['client_optimizer_state'], 'reset')
     self.assertEqual(run_flags['client_train_fraction'], 1.0)
+    self.assertEqual(run_flags['client_state_store'], 'state')
     self.assertNotIn('max_client_state_mib', run_flags)  # Refuses or runs.
     # A run saved before these flags existed resumes at their defaults.
     output_dir = self.create_tempdir().full_path
@@ -279,8 +320,16 @@ class RefusalTest(absltest.TestCase):
       dict(max_client_state_mib=4),
       'error: --client_optimizer_state=persistent needs 6 clients x 1 '
       'optimizer slots x 199,210 parameters x 4 bytes = 4.6 MiB',
-      'above --max_client_state_mib=4',
+      'above --max_client_state_mib=4: use --client_state_store=memory or '
+      'disk (only the cohort enters a round)',
       '--client_optimizer_state=reset, or raise --max_client_state_mib',
+    )
+    # In a store only the cohort's 3 rows are in the TFF state.
+    self.assert_refused(
+      dict(max_client_state_mib=2, client_state_store='disk'),
+      'needs 3 clients x 1 optimizer slots x 199,210 parameters x 4 bytes = '
+      '2.3 MiB of client optimiser state in the TFF state',
+      'use a smaller --clients_per_round',
     )
 
   def test_the_demo_refuses_before_its_first_run(self):
@@ -329,6 +378,27 @@ class RefusalTest(absltest.TestCase):
       'Persistent client optimiser state: 6 clients x 1 optimizer slots x '
       '199,210 parameters x 4 bytes = 4.6 MiB in the server state, '
       'broadcast to each of the 3 clients of a round (13.7 MiB per round).',
+    )
+    with (
+      flagsaver.flagsaver(
+        **_flags(
+          output_dir,
+          client_optimizer_state='persistent',
+          client_state_store='disk',
+        )
+      ),
+      absltest.mock.patch('builtins.print') as printed,
+    ):
+      experiment._check_client_state(  # pylint: disable=protected-access
+        experiment.load_partitioned_task('fmnist')[0]
+      )
+    self.assertEqual(
+      printed.call_args.args[0],
+      'Persistent client optimiser state: 6 clients x 1 optimizer slots x '
+      '199,210 parameters x 4 bytes = 4.6 MiB in a driver-side store (disk: '
+      'two slots per client, at most 9.1 MiB, only clients seen take '
+      "space); the cohort's rows go to each of the 3 clients of a round "
+      '(6.8 MiB per round).',
     )
 
 

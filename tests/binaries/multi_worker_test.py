@@ -3,7 +3,6 @@
 Loopback only: every worker here is started by this test or its subprocesses.
 """
 
-import json
 import os
 import signal
 import subprocess
@@ -88,11 +87,6 @@ def _train(name, task, num_workers, output_dir):
     ),
   )
   return training.read_metrics(output_dir)
-
-
-def _values(text: str) -> np.ndarray:
-  """A metrics CSV cell (a number or a list of numbers) as a float array."""
-  return np.asarray(json.loads(text.replace('nan', 'NaN')), np.float64)
 
 
 def _tiny_processes():
@@ -236,7 +230,10 @@ class AgreementTest(parameterized.TestCase):
       for key in row_one:
         if key == 'round_seconds':
           continue
-        a, b = _values(row_one[key]), _values(row_two[key])
+        a, b = (
+          test_utils.metric_values(row_one[key]),
+          test_utils.metric_values(row_two[key]),
+        )
         if key.endswith('/lambda'):
           # Per-client values follow the collected rows, whose block order
           # is the workers' completion order (see CollectAllFactory).

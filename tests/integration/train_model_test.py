@@ -108,10 +108,22 @@ def _build(method):
       warmup_rounds=1,
       history_store=tff_aggregators.InMemoryHistoryStore(),
     ),
+    # Each client's momentum kept between its rounds, in a driver store.
+    'fedlws_persistent_clients': lambda: tff_aggregators.build_fedlws_process(
+      _model_fn,
+      _SGD,
+      client_work=tff_aggregators.build_stateful_client_work(
+        _model_fn,
+        tff.learning.optimizers.build_sgdm(0.05, momentum=0.9),
+        num_clients=num_clients,
+        max_clients=_CLIENTS_PER_ROUND,
+        client_store=tff_aggregators.InMemoryClientStore(),
+      ),
+    ),
   }
   tf.keras.utils.set_random_seed(0)  # The same initial model every build.
   process = builders[method]()
-  if method.startswith('fedcda'):
+  if method.startswith('fedcda') or method.endswith('persistent_clients'):
     source = tff_aggregators.IdentifiedDataSource(
       _client_data(), preprocess_fn=_preprocess, seed=1
     )
@@ -162,6 +174,7 @@ class TrainModelTest(parameterized.TestCase):
     'fedprox',
     'fedcda',
     'fedcda_in_memory',
+    'fedlws_persistent_clients',
   )
   def test_runs_resumes_and_evaluates(self, method):
     if method in ('fedglad', 'fedlws', 'fedsa', 'fedprox'):

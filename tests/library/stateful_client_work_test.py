@@ -16,6 +16,7 @@ import tensorflow_federated as tff
 import tff_aggregators
 from tff_aggregators import runtime
 from tff_aggregators.client_works import stateful
+from tests import numpy_references
 from tests import test_utils
 
 _POPULATION = 5  # Client 4 is never sampled.
@@ -83,28 +84,11 @@ def _identified(datasets, ids):
   return tff_aggregators.with_client_ids([datasets[i] for i in ids], ids)
 
 
-def _gradients(kernel, bias, x, y):
-  """Mean sparse softmax cross-entropy's gradients of a linear model."""
-  logits = x @ kernel + bias
-  p = np.exp(logits - logits.max(axis=1, keepdims=True))
-  p /= p.sum(axis=1, keepdims=True)
-  p[np.arange(len(y)), y] -= 1.0
-  p /= len(y)
-  return x.T @ p, p.sum(axis=0)
-
-
 def _reference_client(weights, accumulator, batches, lr, momentum):
-  """TFF's SGDM (a = m a + g; w = w - lr a) over the batches from `accumulator`.
-
-  Returns (delta = initial - trained weights, the final accumulator).
-  """
-  w = [np.array(v) for v in weights]
-  a = [np.array(v) for v in accumulator]
-  for x, y in batches:
-    for i, g in enumerate(_gradients(w[0], w[1], x, y)):
-      a[i] = momentum * a[i] + g
-      w[i] = w[i] - lr * a[i]
-  return [u - v for u, v in zip(weights, w)], a
+  """TFF's SGDM from `accumulator`: (delta, the final accumulator)."""
+  return numpy_references.linear_softmax_client_delta(
+    weights, batches, lr=lr, momentum=momentum, buffers=accumulator
+  )
 
 
 def _reference_round(weights, table, data, ids, lr, momentum):
@@ -300,7 +284,8 @@ class StatefulClientWorkTest(absltest.TestCase):
       ValueError,
       r'10,000,000 clients x 1 optimizer slots x 8 parameters '
       r'= 330,000,000 bytes, above max_state_bytes=67,108,864.*'
-      'driver-side store for large populations is not available yet',
+      'client_store=tff_aggregators.InMemoryClientStore.. or '
+      r'MemmapClientStore\(directory\)',
     ):
       stateful.build_stateful_client_work(
         test_utils.tiny_model_fn, optimizer, num_clients=10**7, max_clients=3

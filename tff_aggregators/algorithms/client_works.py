@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow_federated as tff
 
 from tff_aggregators.algorithms import checks
+from tff_aggregators.algorithms import stored_client_state
 from tff_aggregators.client_works import proximal
 
 
@@ -127,7 +128,12 @@ def compose(
     tff.learning.templates.DistributionProcess
   ] = None,
 ) -> tff.learning.templates.LearningProcess:
-  """`compose_learning_process`, with TFF's broadcast unless one is given."""
+  """`compose_learning_process`, with TFF's broadcast unless one is given.
+
+  With `build_stateful_client_work(client_store=...)`'s client work, the
+  process is wrapped by `stored_client_state.with_client_store` (the client
+  states then live in the store, outside the TFF state).
+  """
   if model_distributor is None:
     model_distributor = tff.learning.templates.build_broadcast_process(
       initial_model_weights.type_signature.result
@@ -139,13 +145,14 @@ def compose(
       'model_distributor must be a tff.learning.templates.'
       f'DistributionProcess, got {model_distributor!r}.'
     )
-  return tff.learning.templates.compose_learning_process(
+  process = tff.learning.templates.compose_learning_process(
     initial_model_weights,
     model_distributor,
     client_work,
     aggregator,
     finalizer,
   )
+  return stored_client_state.with_client_store(process, client_work)
 
 
 def build_weighted_fed_prox(

@@ -10,7 +10,8 @@ compute the same models. Only the participants' rows are read or written per
 round (plus every seen client's selected model with
 `divergence='tensorwise_norm'`).
 
-Stores (one slot more than K per client, see below):
+Stores (the keyed per-client store of `tff_aggregators/programs/
+client_store.py`, one slot more than K per client, see below):
   * `InMemoryHistoryStore()`: a NumPy array in the process state, saved
     with every checkpoint. For histories that fit in RAM.
   * `MemmapHistoryStore(directory)`: a memory-mapped file
@@ -42,9 +43,6 @@ ablation over K can start from another K's warm-up.
 """
 
 import collections
-import json
-import os
-import shutil
 from typing import Any, Optional
 
 from absl import logging
@@ -56,65 +54,29 @@ from tff_aggregators.aggregators import collect
 from tff_aggregators.algorithms import checks
 from tff_aggregators.client_works import identified
 from tff_aggregators.finalizers import fedcda
+from tff_aggregators.programs import client_store
 
-DEFAULT_MAX_MEMORY_BYTES = 8 * 2**30
+DEFAULT_MAX_MEMORY_BYTES = client_store.DEFAULT_MAX_MEMORY_BYTES
+_WHAT = "FedCDA's history"
 
-
-class HistoryStore:
-  """Where the cached client models live: an array-like [N, K+1, D]."""
-
-  def open(self, num_clients: int, num_slots: int, size: int) -> None:
-    """Prepares the store for N clients x slots x D parameters."""
-    raise NotImplementedError
-
-  def initial_models(self) -> np.ndarray:
-    """The models part of the initial process state."""
-    raise NotImplementedError
-
-  def models(self, state_models: np.ndarray) -> np.ndarray:
-    """The array to read and write, given the state's models entry."""
-    raise NotImplementedError
-
-  def check(self, ids: np.ndarray, stamps: np.ndarray) -> None:
-    """Raises if the store's slots of `ids` are not those of `stamps`."""
-
-  def wrote(self, ids: np.ndarray, slots: np.ndarray, round_num: int) -> None:
-    """Records that `slots` of `ids` now hold round `round_num`'s models."""
+# FedCDA's names for the keyed per-client store (`programs/client_store.py`).
+HistoryStore = client_store.ClientStore
 
 
-class InMemoryHistoryStore(HistoryStore):
-  """The history as a NumPy array in the process state (checkpointed).
+class InMemoryHistoryStore(client_store.InMemoryClientStore):
+  """FedCDA's history as a NumPy array in the process state (checkpointed).
 
   Args:
     max_bytes: Refuse a larger history (N x (K+1) x D x 4 bytes; default 8
       GiB); use `MemmapHistoryStore` above it.
   """
 
-  def __init__(self, max_bytes: int = DEFAULT_MAX_MEMORY_BYTES):
-    self._max_bytes = max_bytes
-    self._shape = None
-
-  def open(self, num_clients, num_slots, size):
-    nbytes = num_clients * num_slots * size * 4
-    if nbytes > self._max_bytes:
-      raise ValueError(
-        f"FedCDA's in-memory history would hold {num_clients} clients x "
-        f'{num_slots} slots x {size:,} parameters = {nbytes / 2**30:,.2f} '
-        f'GiB, above max_bytes={self._max_bytes / 2**30:,.2f} GiB. Use '
-        'MemmapHistoryStore(directory) (on disk, only seen clients take '
-        'space) or raise max_bytes if the machine has the memory.'
-      )
-    self._shape = (num_clients, num_slots, size)
-
-  def initial_models(self):
-    return np.zeros(self._shape, np.float32)
-
-  def models(self, state_models):
-    return state_models
+  what = _WHAT
+  memmap_name = 'MemmapHistoryStore'
 
 
-class MemmapHistoryStore(HistoryStore):
-  """The history in a memory-mapped file under `directory` (sparse on disk).
+class MemmapHistoryStore(client_store.MemmapClientStore):
+  """FedCDA's history in a memory-mapped file under `directory`.
 
   Args:
     directory: Where `models.f32`, `stamps.i32` and `shape.json` go. A run
@@ -122,89 +84,7 @@ class MemmapHistoryStore(HistoryStore):
       needs a new (or emptied) directory.
   """
 
-  def __init__(self, directory: str):
-    self._directory = directory
-    self._models = None
-    self._stamps = None
-
-  def open(self, num_clients, num_slots, size):
-    os.makedirs(self._directory, exist_ok=True)
-    shape = [num_clients, num_slots, size]
-    shape_path = os.path.join(self._directory, 'shape.json')
-    models_path = os.path.join(self._directory, 'models.f32')
-    stamps_path = os.path.join(self._directory, 'stamps.i32')
-    if os.path.exists(shape_path):
-      with open(shape_path) as f:
-        found = json.load(f)
-      if found != shape:
-        raise ValueError(
-          f'The FedCDA history store in {self._directory} holds clients x '
-          f'slots x parameters = {found}, but this process needs {shape}. '
-          'Use a new directory for a new configuration.'
-        )
-      mode = 'r+'
-    else:
-      mode = 'w+'
-      worst = num_clients * num_slots * size * 4
-      free = shutil.disk_usage(self._directory).free
-      if worst > free:
-        logging.warning(
-          'FedCDA history store %s may grow to %.1f GiB if every client is '
-          'seen (%.1f GiB free); it grows with the clients seen.',
-          self._directory,
-          worst / 2**30,
-          free / 2**30,
-        )
-    try:
-      self._models = np.memmap(
-        models_path, np.float32, mode, shape=tuple(shape)
-      )
-      self._stamps = np.memmap(
-        stamps_path, np.int32, mode, shape=(num_clients, num_slots)
-      )
-    except (OSError, ValueError) as e:
-      raise ValueError(
-        f"Cannot map FedCDA's history file {models_path} of {num_clients} "
-        f'clients x {num_slots} slots x {size:,} parameters = '
-        f'{num_clients * num_slots * size * 4 / 2**40:,.2f} TiB (sparse: '
-        f'only seen clients take space): {e}. Use a file system that allows '
-        'files this large, a smaller memory_size or model, or fewer '
-        'clients.'
-      ) from e
-    if mode == 'w+':
-      self._stamps[:] = -1
-      self._stamps.flush()
-      temporary = f'{shape_path}.tmp'
-      with open(temporary, 'w') as f:
-        json.dump(shape, f)
-      os.replace(temporary, shape_path)
-
-  def initial_models(self):
-    return np.zeros([0], np.float32)  # The models stay on disk.
-
-  def models(self, state_models):
-    del state_models
-    return self._models
-
-  def check(self, ids, stamps):
-    found = self._stamps[ids]
-    stale = np.logical_and(stamps >= 0, found != stamps)
-    if np.any(stale):
-      client = ids[np.nonzero(stale)[0][0]]
-      raise ValueError(
-        f'The FedCDA history store in {self._directory} has moved past the '
-        f"process state: client {client}'s slots hold rounds "
-        f'{self._stamps[client].tolist()} where the state expects '
-        f'{stamps[np.nonzero(stale)[0][0]].tolist()}. The store can only '
-        'be one round ahead of the state (an interrupted round); resume '
-        'from the latest checkpoint, or start a new run with a new store '
-        'directory.'
-      )
-
-  def wrote(self, ids, slots, round_num):
-    self._models.flush()  # Data before the stamps that vouch for it.
-    self._stamps[ids, slots] = round_num
-    self._stamps.flush()
+  what = _WHAT
 
 
 class FedCdaStoreProcess:
@@ -239,7 +119,7 @@ class FedCdaStoreProcess:
     self._num_slots = options.memory_size + 1
     self._size = collect.flat_size(trainable_type)
     self._store = history_store
-    self._store.open(num_clients, self._num_slots, self._size)
+    self._store.open(num_clients, self._num_slots, self._size, _WHAT)
     self._select = tf.function(
       fedcda.build_selection(
         options, max_clients, fedcda.leaf_sizes(trainable_type)
@@ -359,7 +239,7 @@ class FedCdaStoreProcess:
       return state
     history = np.asarray(state['history'])
     if (
-      not isinstance(self._store, InMemoryHistoryStore)
+      not self._store.in_state
       or stamps.ndim != 2
       or stamps.shape[0] != n
       or stamps.shape[1] < s
@@ -421,12 +301,9 @@ class FedCdaStoreProcess:
     collected = self._collect_round(
       weights, state['client_work'], state['aggregator'], client_data
     )
-    if any(
-      isinstance(x, tff.program.MaterializableValueReference)
-      for x in tf.nest.flatten(collected)
-    ):
-      return _PendingRound(self, state, collected)
-    return self._finish_round(state, collected)
+    return client_store.finish_round(
+      collected, lambda outputs: self._finish_round(state, outputs)
+    )
 
   def _check_round(self, state, client_data) -> None:
     builder = 'build_fedcda_process'
@@ -475,7 +352,7 @@ class FedCdaStoreProcess:
     stamps = np.array(state['stamps'])
     stored_losses = np.array(state['losses'])
     selected = np.array(state['selected'])
-    self._store.check(ids, stamps[ids])
+    self._store.check(ids, stamps[ids], t)
     # The participants' old selections, before the cache write.
     old_slots = selected[ids]
     old_models = store[ids, np.maximum(old_slots, 0)]
@@ -484,7 +361,7 @@ class FedCdaStoreProcess:
     if self._options.divergence == 'tensorwise_norm':
       others = np.nonzero(selected >= 0)[0]
       others = others[~np.isin(others, ids)]
-      self._store.check(others, stamps[others])
+      self._store.check(others, stamps[others], t)
       fixed_models = store[others, selected[others]]
     # The new model goes into an empty slot, else the oldest: never a
     # candidate nor a selection (K+1 slots).
@@ -545,25 +422,10 @@ class FedCdaStoreProcess:
     return tff.learning.templates.LearningProcessOutput(new_state, metrics)
 
 
-class _PendingRound(tff.program.MaterializableValueReference):
-  """A FedCDA round whose client side is still running (native context)."""
-
-  def __init__(self, process, state, outputs):
-    self._process = process
-    self._state = state
-    self._outputs = outputs
-
-  @property
-  def type_signature(self):
-    return None  # A Python-side result, not a TFF value.
-
-  async def get_value(self) -> tff.learning.templates.LearningProcessOutput:
-    outputs = await tff.program.materialize_value(self._outputs)
-    return self._process._finish_round(self._state, outputs)  # pylint: disable=protected-access
-
-
 def check_store(history_store: Optional[HistoryStore]) -> None:
-  if history_store is not None and not isinstance(history_store, HistoryStore):
+  if history_store is not None and not isinstance(
+    history_store, client_store.ClientStore
+  ):
     raise TypeError(
       'history_store must be a tff_aggregators HistoryStore '
       '(InMemoryHistoryStore() or MemmapHistoryStore(directory)), got '

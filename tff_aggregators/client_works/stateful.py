@@ -29,6 +29,17 @@ where they are written into the table by id. Memory: num_clients x
 optimizer slots x parameters x 4 bytes in the state, and the same again
 broadcast to every client each round; refused above `max_state_bytes`.
 
+Large populations (`client_store=`): the states live in a keyed per-client
+store on the server (`tff_aggregators/programs/client_store.py`, the one
+FedCDA's history uses: in memory, or memory-mapped on disk), and the TFF
+state holds only the cohort's rows with their ids (`row_ids`, max_clients
+rows). Before a round the driver process (`stored_client_state.py`) reads
+the cohort's ids from the first element of each client's data and fills
+the cohort table from the store; each client takes the row whose id is its
+own; after the round the driver writes the collected rows back. So the
+round carries max_clients rows whatever the population, and the rule above
+is unchanged (the same client, the same state).
+
 The client's result (`update` = initial minus trained trainable weights,
 `update_weight` = its examples or 1, 0 for a non-finite update) and the
 `train` metrics are those of `tff.learning.templates.
@@ -39,7 +50,7 @@ with it through `tff.learning.templates.compose_learning_process`.
 import collections
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow as tf
@@ -51,11 +62,13 @@ from tff_aggregators.client_works import identified
 from tff_aggregators.client_works import proximal
 from tff_aggregators.client_works import with_hparams
 from tff_aggregators.finalizers import on_collected
+from tff_aggregators.programs import client_store as client_store_lib
 
 # Keys of the client work's state.
 HPARAMS = 'hparams'
 CLIENT_STATES = 'client_states'  # One [num_clients, *shape] per state leaf.
 HAS_STATE = 'has_state'  # bool [num_clients]: the client has trained.
+ROW_IDS = 'row_ids'  # With a client store: the cohort's ids, row by row.
 # Keys of a client's row and of the measurements.
 ROW_STATE = 'state'
 ROWS_WRITTEN = 'rows_written'
@@ -177,9 +190,10 @@ def check_state_bytes(
       f'{_BUILDER}: the client optimizer states take {size.num_clients:,} '
       f'clients x {size.slots:.3g} optimizer slots x {size.parameters:,} '
       f'parameters = {size.total_bytes:,} bytes, above max_state_bytes='
-      f'{max_state_bytes:,}; they live in the TFF state and are broadcast '
-      'to every client, and a driver-side store for large populations is '
-      'not available yet.'
+      f'{max_state_bytes:,}; in the TFF state they are broadcast to every '
+      'client. Pass client_store=tff_aggregators.InMemoryClientStore() or '
+      'MemmapClientStore(directory) (only the cohort enters the round), or '
+      'raise max_state_bytes.'
     )
   return size.total_bytes
 
@@ -219,6 +233,7 @@ def build_stateful_client_work(
   ),
   max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
   proximal_strength: float = 0.0,
+  client_store: Optional[client_store_lib.ClientStore] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work with per-client optimizer state.
 
@@ -231,16 +246,25 @@ def build_stateful_client_work(
     client_weighting: As in `build_model_delta_client_work`.
     metrics_aggregator: As in `build_model_delta_client_work`.
     loop_implementation: As in `build_model_delta_client_work`.
-    max_state_bytes: The largest table of client states accepted.
+    max_state_bytes: The largest table of client states accepted in the
+      TFF state (all clients' rows; with a `client_store`, the cohort's).
     proximal_strength: mu >= 0: FedProx's clients (`proximal.py`, the
       gradient plus mu (w - w_global) at every step) when positive; the
       persistent state is the wrapped optimizer's, as without it.
+    client_store: None (default): every client's state in the TFF state.
+      A `tff_aggregators.InMemoryClientStore()` or `MemmapClientStore(
+      directory)`: the states live in that store on the server, outside
+      TFF, and only the cohort's rows enter the round (module docstring,
+      "Large populations"); the builders here (`client_work=`) then return
+      a driver process, and a process composed by hand is wrapped with
+      `tff_aggregators.with_client_store(process, client_work)`.
 
   Returns:
     A `ClientWorkProcess` whose client data is `with_client_ids`'s, whose
-    state is `OrderedDict(hparams, client_states, has_state)` and whose
-    measurements are `OrderedDict(train, client_states=OrderedDict(
-    rows_written, clients_with_state))`.
+    state is `OrderedDict(hparams, client_states, has_state)` (plus
+    `row_ids` with a `client_store`) and whose measurements are
+    `OrderedDict(train, client_states=OrderedDict(rows_written,
+    clients_with_state))`. With a `client_store`, a `StoredStateClientWork`.
 
   Raises:
     TypeError: On a bad model_fn, optimizer or client_weighting.
@@ -266,8 +290,11 @@ def build_stateful_client_work(
       f'{_BUILDER}: client_weighting must be a '
       f'tff.learning.ClientWeighting, got {client_weighting!r}.'
     )
+  client_store_lib.check_store(client_store, 'client_store')
   trainable_specs, leaf_specs = _leaf_specs(model_fn, optimizer)
-  check_state_bytes(num_clients, trainable_specs, leaf_specs, max_state_bytes)
+  # The table in the TFF state: every client's row, or the cohort's.
+  table_rows = num_clients if client_store is None else max_clients
+  check_state_bytes(table_rows, trainable_specs, leaf_specs, max_state_bytes)
 
   @tff.tensorflow.computation
   def initial_state():
@@ -282,15 +309,16 @@ def build_stateful_client_work(
         (
           CLIENT_STATES,
           tuple(
-            tf.zeros([num_clients] + s.shape.as_list(), s.dtype)
+            tf.zeros([table_rows] + s.shape.as_list(), s.dtype)
             for s in leaf_specs
           ),
         ),
-        (HAS_STATE, tf.zeros([num_clients], tf.bool)),
+        (HAS_STATE, tf.zeros([table_rows], tf.bool)),
       ]
+      + ([] if client_store is None else [(ROW_IDS, tf.fill([table_rows], -1))])
     )
 
-  return _build_process(
+  process = _build_process(
     model_fn,
     optimizer,
     initial_state,
@@ -302,6 +330,51 @@ def build_stateful_client_work(
     max_clients=max_clients,
     proximal_strength=float(proximal_strength),
   )
+  if client_store is None:
+    return process
+  return StoredStateClientWork(
+    process,
+    client_store=client_store,
+    num_clients=num_clients,
+    max_clients=max_clients,
+    leaf_specs=leaf_specs,
+  )
+
+
+class StoredStateClientWork(tff.learning.templates.ClientWorkProcess):
+  """The stateful client work whose client states live in a `ClientStore`.
+
+  Its TFF state holds the cohort's rows only (`row_ids`, `client_states`,
+  `has_state` over `max_clients` rows); a driver process
+  (`tff_aggregators.with_client_store`) fills them from the store before
+  each round and writes them back after it.
+
+  Attributes:
+    client_store: The `ClientStore` of every client's optimizer state.
+    num_clients: The population N.
+    max_clients: The cohort table's rows.
+    leaf_specs: The `tf.TensorSpec`s of a client's optimizer state leaves.
+  """
+
+  def __init__(
+    self,
+    process: tff.learning.templates.ClientWorkProcess,
+    *,
+    client_store: client_store_lib.ClientStore,
+    num_clients: int,
+    max_clients: int,
+    leaf_specs: list[tf.TensorSpec],
+  ):
+    super().__init__(
+      process.initialize,
+      process.next,
+      get_hparams_fn=process.get_hparams,
+      set_hparams_fn=process.set_hparams,
+    )
+    self.client_store = client_store
+    self.num_clients = num_clients
+    self.max_clients = max_clients
+    self.leaf_specs = leaf_specs
 
 
 def _row_type(leaf_specs):
@@ -373,6 +446,7 @@ def _build_process(
       state[HPARAMS],
       tuple(state[CLIENT_STATES]),
       state[HAS_STATE],
+      _row_ids(state),
     )
 
   @tff.tensorflow.computation(state_type, on_collected.collected_type(row_type))
@@ -423,14 +497,38 @@ def _set_hparams(state_type):
   @tff.tensorflow.computation(state_type, state_type[HPARAMS])
   def set_hparams_fn(state, hparams):
     return collections.OrderedDict(
-      [
-        (HPARAMS, hparams),
-        (CLIENT_STATES, state[CLIENT_STATES]),
-        (HAS_STATE, state[HAS_STATE]),
-      ]
+      (name, hparams if name == HPARAMS else state[name])
+      for name in _state_names(state_type)
     )
 
   return set_hparams_fn
+
+
+def _state_names(state) -> list[str]:
+  """The keys of a client work state (a mapping, TFF type or struct)."""
+  if isinstance(state, Mapping):
+    return list(state)
+  return tff.structure.name_list(state)
+
+
+def _row_ids(state):
+  """The cohort table's ids, or None for a table of every client."""
+  return state[ROW_IDS] if ROW_IDS in _state_names(state) else None
+
+
+def _positions(row_ids, client_ids):
+  """(rows of `client_ids` in the table, whether each has a row).
+
+  A table of every client has client k in row k; a cohort table (with a
+  client store) has it in the first row whose id is k, if any.
+  """
+  if row_ids is None:
+    return client_ids, tf.ones_like(client_ids, tf.bool)
+  matches = tf.equal(tf.expand_dims(client_ids, -1), row_ids)
+  return (
+    tf.argmax(tf.cast(matches, tf.int32), axis=-1, output_type=tf.int32),
+    tf.reduce_any(matches, axis=-1),
+  )
 
 
 def _write_rows(state, collected, row_type, num_clients):
@@ -441,14 +539,15 @@ def _write_rows(state, collected, row_type, num_clients):
   """
   rows = collect.unflatten(collected['values'], row_type)
   ids = tf.cast(tf.round(rows[identified.CLIENT_ID]), tf.int32)
+  positions, found = _positions(_row_ids(state), ids)
   valid = tf.logical_and(
     tf.logical_and(
       collected['weights'] > 0,
       tf.reduce_all(tf.math.is_finite(collected['values']), 1),
     ),
-    tf.logical_and(ids >= 0, ids < num_clients),
+    tf.logical_and(tf.logical_and(ids >= 0, ids < num_clients), found),
   )
-  index = tf.boolean_mask(ids, valid)[:, tf.newaxis]
+  index = tf.boolean_mask(positions, valid)[:, tf.newaxis]
 
   def write(table, values):
     values = tf.boolean_mask(values, valid)
@@ -472,6 +571,8 @@ def _write_rows(state, collected, row_type, num_clients):
       (HAS_STATE, has_state),
     ]
   )
+  if ROW_IDS in _state_names(state):
+    new_state[ROW_IDS] = state[ROW_IDS]
   counts = collections.OrderedDict(
     [
       (ROWS_WRITTEN, tf.shape(index, out_type=tf.int32)[0]),
@@ -501,14 +602,14 @@ def _build_training(
   training_loop = tff_compat.build_training_loop(loop_implementation)
 
   @tf.function
-  def train(initial_weights, data, hparams, table, has_state):
+  def train(initial_weights, data, hparams, table, has_state, row_ids):
     weights = identified.start_weights(model, initial_weights)
     specs = tuple(
       tf.TensorSpec(v.shape, v.dtype)
       for v in tf.nest.flatten(weights.trainable)
     )
     start = _start_state(
-      optimizer, specs, hparams, table, has_state, num_clients
+      optimizer, specs, hparams, (table, has_state, row_ids), num_clients
     )
     step_optimizer = optimizer  # FedProx: the same state, another gradient.
     if proximal_strength:
@@ -560,12 +661,14 @@ def _build_training(
   return train
 
 
-def _start_state(optimizer, specs, hparams, table, has_state, num_clients):
+def _start_state(optimizer, specs, hparams, saved_states, num_clients):
   """`start(client_id)`: the optimizer state the client starts from.
 
   `start(None)` is TFF's fresh state; `start(id)` the client's saved leaves
   if it has trained before, else the fresh state; both with `hparams` set.
+  `saved_states` is the state's (table, has_state, row_ids or None).
   """
+  table, has_state, row_ids = saved_states
 
   def fresh():
     return tf.nest.map_structure(
@@ -573,8 +676,8 @@ def _start_state(optimizer, specs, hparams, table, has_state, num_clients):
       optimizer.set_hparams(optimizer.initialize(specs), hparams),
     )
 
-  def saved(client_id):
-    leaves = [tf.gather(leaf, client_id) for leaf in table]
+  def saved(position):
+    leaves = [tf.gather(leaf, position) for leaf in table]
     state = with_client_state_leaves(
       optimizer, optimizer.initialize(specs), leaves
     )
@@ -595,8 +698,11 @@ def _start_state(optimizer, specs, hparams, table, has_state, num_clients):
     ]
     with tf.control_dependencies(checks):
       client_id = tf.identity(client_id)
+    position, found = _positions(row_ids, client_id)
     return tf.cond(
-      tf.gather(has_state, client_id), lambda: saved(client_id), fresh
+      tf.logical_and(found, tf.gather(has_state, position)),
+      lambda: saved(position),
+      fresh,
     )
 
   return start

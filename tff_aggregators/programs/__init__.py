@@ -2,5 +2,6 @@
 
 # The public modules (imported as modules; the package re-exports nothing).
 __all__ = [
+  'client_store',
   'data_sources',
 ]

@@ -1,0 +1,310 @@
+"""Persistent client states in a client store, against NumPy and the TFF table.
+
+With `build_stateful_client_work(client_store=...)` the states live in an
+in-memory or memory-mapped store and only the cohort's rows enter a round.
+Each client's momentum must still resume where it stopped (NumPy SGDM),
+unsampled clients keep their rows, the models equal those of the table in
+the TFF state, a round interrupted after its store write resumes exactly,
+an older checkpoint over a newer store file is refused, and the builders
+return the driver process for it.
+"""
+
+import asyncio
+import os
+
+from absl.testing import absltest
+from absl.testing import parameterized
+import numpy as np
+import tensorflow as tf
+import tensorflow_federated as tff
+
+from tests import numpy_references
+from tests import test_utils
+import tff_aggregators
+from tff_aggregators import runtime
+from tff_aggregators.client_works import stateful
+
+_POPULATION = 5  # Client 4 is never sampled.
+_COHORTS = ([0, 1, 2], [1, 3], [0, 3], [2, 1], [0, 2, 3])
+_LR, _MOMENTUM = 0.1, 0.9
+
+
+def setUpModule():
+  runtime.use_local_worker()
+
+
+def _datasets(seed=3):
+  """Client k: 4 + k examples in batches of 3 (two or three local steps)."""
+  rng = np.random.default_rng(seed)
+  datasets = []
+  for k in range(_POPULATION):
+    x = rng.normal(size=(4 + k, 3)).astype(np.float32) + 0.5 * k
+    y = rng.integers(0, 2, size=4 + k).astype(np.int64)
+    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(3))
+  return datasets
+
+
+def _arrays(datasets):
+  return [
+    [(x.numpy().astype(np.float64), y.numpy()) for x, y in d] for d in datasets
+  ]
+
+
+def _work(store=None, num_clients=_POPULATION, **kwargs):
+  return tff_aggregators.build_stateful_client_work(
+    test_utils.tiny_model_fn,
+    tff.learning.optimizers.build_sgdm(_LR, momentum=_MOMENTUM),
+    num_clients=num_clients,
+    max_clients=3,
+    client_store=store,
+    **kwargs,
+  )
+
+
+def _fedavg(work):
+  """TFF's FedAvg composition around `work`, wrapped for its store."""
+  initial = tff.tensorflow.computation(
+    lambda: tff.learning.models.ModelWeights.from_model(
+      test_utils.tiny_model_fn()
+    )
+  )
+  weights_type = initial.type_signature.result
+  process = tff.learning.templates.compose_learning_process(
+    initial,
+    tff.learning.templates.build_broadcast_process(weights_type),
+    work,
+    tff.aggregators.MeanFactory().create(
+      weights_type.trainable, tff.TensorType(np.float32)
+    ),
+    tff.learning.templates.build_apply_optimizer_finalizer(
+      tff.learning.optimizers.build_sgdm(1.0), weights_type
+    ),
+  )
+  return tff_aggregators.with_client_store(process, work)
+
+
+def _identified(datasets, ids):
+  return tff_aggregators.with_client_ids([datasets[i] for i in ids], ids)
+
+
+def _trainable(process, state):
+  return [
+    np.asarray(v, np.float64)
+    for v in process.get_model_weights(state).trainable
+  ]
+
+
+def _store_rows(store_dir, state):
+  """Each client's current row (its newest slot), from the state or file."""
+  stamps = np.asarray(state['stamps'])
+  if store_dir is None:
+    rows = np.asarray(state['rows'])
+  else:
+    rows = np.memmap(
+      os.path.join(store_dir, 'models.f32'), np.float32, 'r'
+    ).reshape(stamps.shape + (-1,))
+  return rows[np.arange(len(stamps)), stamps.argmax(axis=1)], stamps
+
+
+class StoredClientStateTest(parameterized.TestCase):
+  @classmethod
+  def setUpClass(cls):
+    super().setUpClass()
+    cls.datasets = _datasets()
+    cls.data = _arrays(cls.datasets)
+
+  def _store(self, kind):
+    if kind == 'memory':
+      return tff_aggregators.InMemoryClientStore(), None
+    directory = self.create_tempdir().full_path
+    return tff_aggregators.MemmapClientStore(directory), directory
+
+  def _run(self, process, cohorts, state=None):
+    state = process.initialize() if state is None else state
+    outputs = []
+    for ids in cohorts:
+      output = process.next(state, _identified(self.datasets, ids))
+      state = output.state
+      outputs.append(output)
+    return state, outputs
+
+  @parameterized.parameters('memory', 'disk')
+  def test_momentum_resumes_per_client_as_numpy_sgdm(self, kind):
+    store, directory = self._store(kind)
+    process = _fedavg(_work(store))
+    self.assertIsInstance(
+      process,
+      tff_aggregators.algorithms.stored_client_state.ClientStateStoreProcess,
+    )
+    state = process.initialize()
+    weights = _trainable(process, state)
+    buffers = {i: [np.zeros_like(w) for w in weights] for i in range(5)}
+    seen = set()
+    for ids in _COHORTS:
+      before, _ = _store_rows(directory, state)
+      output = process.next(state, _identified(self.datasets, ids))
+      state = output.state
+      deltas, sizes = [], []
+      for i in ids:
+        delta, buffers[i] = numpy_references.linear_softmax_client_delta(
+          weights, self.data[i], lr=_LR, momentum=_MOMENTUM, buffers=buffers[i]
+        )
+        deltas.append(delta)
+        sizes.append(sum(len(y) for _, y in self.data[i]))
+      mean = numpy_references.weighted_mean(deltas, sizes)
+      weights = [w - m for w, m in zip(weights, mean)]
+      for got, want in zip(_trainable(process, state), weights):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+      rows, stamps = _store_rows(directory, state)
+      seen.update(ids)
+      for i in range(_POPULATION):
+        if i in ids:
+          want = np.concatenate([np.ravel(b) for b in buffers[i]])
+          np.testing.assert_allclose(rows[i], want, rtol=1e-5, atol=1e-6)
+        elif i in seen:
+          np.testing.assert_array_equal(rows[i], before[i])
+        else:
+          self.assertTrue(np.all(stamps[i] < 0))
+      counts = output.metrics['client_work']['client_states']
+      self.assertEqual(counts['rows_written'], len(ids))
+      self.assertEqual(counts['clients_with_state'], len(seen))
+    # The TFF state holds the cohort's rows only.
+    table = state['process'].client_work[stateful.CLIENT_STATES]
+    self.assertEqual(np.shape(table[0])[0], 3)
+
+  def test_equals_the_table_in_the_tff_state(self):
+    in_state = _fedavg(_work())
+    stored = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
+    state_a = in_state.initialize()
+    state_b = stored.set_model_weights(
+      stored.initialize(), in_state.get_model_weights(state_a)
+    )
+    state_a, _ = self._run(in_state, _COHORTS, state_a)
+    state_b, _ = self._run(stored, _COHORTS, state_b)
+    for got, want in zip(
+      _trainable(stored, state_b), _trainable(in_state, state_a)
+    ):
+      np.testing.assert_array_equal(got, want)
+    rows, _ = _store_rows(None, state_b)
+    table = state_a.client_work[stateful.CLIENT_STATES]
+    flat = np.concatenate(
+      [np.reshape(t, [_POPULATION, -1]) for t in table], axis=1
+    )
+    has = np.asarray(state_a.client_work[stateful.HAS_STATE])
+    np.testing.assert_array_equal(rows[has], flat[has])
+
+  def test_memmap_resumes_after_an_interrupted_round(self):
+    store, _ = self._store('disk')
+    process = _fedavg(_work(store))
+    initial = process.initialize()
+    _, want = self._run(process, _COHORTS, initial)
+    directory = self.create_tempdir().full_path
+    process = _fedavg(_work(tff_aggregators.MemmapClientStore(directory)))
+    initial = process.set_model_weights(
+      process.initialize(), process.get_model_weights(initial)
+    )
+    state, _ = self._run(process, _COHORTS[:3], initial)
+    manager = tff.program.FileProgramStateManager(
+      self.create_tempdir().full_path
+    )
+    asyncio.run(manager.save(state, version=3))
+    # Round 4 writes the store (over slots of earlier rounds), then "dies".
+    self._run(process, _COHORTS[3:4], state)
+    resumed = _fedavg(_work(tff_aggregators.MemmapClientStore(directory)))
+    loaded, version = asyncio.run(manager.load_latest(resumed.initialize()))
+    self.assertEqual(version, 3)
+    _, got = self._run(resumed, _COHORTS[3:], loaded)
+    for got_output, want_output in zip(got, want[3:]):
+      for a, b in zip(
+        _trainable(resumed, got_output.state),
+        _trainable(process, want_output.state),
+      ):
+        np.testing.assert_array_equal(a, b)
+
+  def test_memmap_refuses_an_older_checkpoint(self):
+    directory = self.create_tempdir().full_path
+    process = _fedavg(_work(tff_aggregators.MemmapClientStore(directory)))
+    first, _ = self._run(process, _COHORTS[:1])
+    self._run(process, _COHORTS[1:4], first)  # The file moves on.
+    with self.assertRaisesRegex(ValueError, 'has moved past the process'):
+      self._run(process, _COHORTS[1:2], first)
+
+  def test_in_memory_state_round_trips_through_a_checkpoint(self):
+    process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
+    straight, _ = self._run(process, _COHORTS)
+    state, _ = self._run(process, _COHORTS[:2])
+    manager = tff.program.FileProgramStateManager(
+      self.create_tempdir().full_path
+    )
+    asyncio.run(manager.save(state, version=2))
+    loaded, _ = asyncio.run(manager.load_latest(process.initialize()))
+    resumed, _ = self._run(process, _COHORTS[2:], loaded)
+    for got, want in zip(
+      _trainable(process, resumed), _trainable(process, straight)
+    ):
+      np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(resumed['rows'], straight['rows'])
+    np.testing.assert_array_equal(resumed['stamps'], straight['stamps'])
+
+  def test_thousands_of_clients_carry_only_the_cohort(self):
+    directory = self.create_tempdir().full_path
+    population = 100_000
+    work = _work(
+      tff_aggregators.MemmapClientStore(directory),
+      num_clients=population,
+      max_state_bytes=1024,  # The cohort table (3 rows of 8 values) fits.
+    )
+    process = _fedavg(work)
+    ids = [7, 54_321, 99_999]
+    data = tff_aggregators.with_client_ids(self.datasets[:3], ids)
+    output = process.next(process.initialize(), data)
+    rows, stamps = _store_rows(directory, output.state)
+    self.assertEqual(int(np.sum(stamps.max(axis=1) >= 0)), 3)
+    self.assertTrue(np.all(np.any(rows[ids] != 0, axis=1)))
+    self.assertEqual(
+      output.metrics['client_work']['client_states']['clients_with_state'], 3
+    )
+    # Sparse on disk: far less than the 100,000 x 2 x 8 x 4 bytes mapped.
+    blocks = os.stat(os.path.join(directory, 'models.f32')).st_blocks * 512
+    self.assertLess(blocks, 100_000 * 2 * 8 * 4 / 4)
+
+  def test_builders_return_the_driver_process(self):
+    work = _work(tff_aggregators.InMemoryClientStore())
+    process = tff_aggregators.build_fedlws_process(
+      test_utils.tiny_model_fn,
+      tff.learning.optimizers.build_sgdm(_LR),
+      client_work=work,
+    )
+    self.assertTrue(process.expects_client_ids)
+    state, outputs = self._run(process, _COHORTS[:2])
+    self.assertTrue(
+      np.all(
+        np.isfinite(
+          np.concatenate([np.ravel(w) for w in _trainable(process, state)])
+        )
+      )
+    )
+    self.assertIn('finalizer', outputs[-1].metrics)
+
+  def test_refusals(self):
+    process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
+    with self.assertRaisesRegex(ValueError, r'not all in \[0, num_clients=5'):
+      process.next(
+        process.initialize(),
+        tff_aggregators.with_client_ids(self.datasets[:1], [5]),
+      )
+    with self.assertRaisesRegex(ValueError, 'with_client_ids'):
+      process.next(process.initialize(), self.datasets[:1])
+    with self.assertRaisesRegex(TypeError, 'client_store must be a'):
+      _work('memory')
+    other = _fedavg(_work())  # Composed with a work without a store.
+    with self.assertRaisesRegex(ValueError, 'not composed with this'):
+      tff_aggregators.with_client_store(
+        other, _work(tff_aggregators.InMemoryClientStore())
+      )
+    with self.assertRaisesRegex(ValueError, 'InMemoryClientStore'):
+      _work(max_state_bytes=10)
+
+
+if __name__ == '__main__':
+  absltest.main()
