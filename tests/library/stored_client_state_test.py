@@ -22,6 +22,8 @@ from tests import numpy_references
 from tests import test_utils
 import tff_aggregators
 from tff_aggregators import runtime
+from tff_aggregators.algorithms import stored_client_state
+from tff_aggregators.client_works import identified
 from tff_aggregators.client_works import stateful
 
 _POPULATION = 5  # Client 4 is never sampled.
@@ -134,7 +136,7 @@ class StoredClientStateTest(parameterized.TestCase):
     process = _fedavg(_work(store))
     self.assertIsInstance(
       process,
-      tff_aggregators.algorithms.stored_client_state.ClientStateStoreProcess,
+      stored_client_state.ClientStateStoreProcess,
     )
     state = process.initialize()
     weights = _trainable(process, state)
@@ -268,23 +270,32 @@ class StoredClientStateTest(parameterized.TestCase):
     blocks = os.stat(os.path.join(directory, 'models.f32')).st_blocks * 512
     self.assertLess(blocks, 100_000 * 2 * 8 * 4 / 4)
 
-  def test_builders_return_the_driver_process(self):
+  @parameterized.parameters('fedglad', 'fedlaw', 'fedlws', 'fedsa')
+  def test_builders_return_the_driver_process(self, name):
+    rng = np.random.default_rng(0)
+    proxy = (
+      rng.normal(size=(12, 3)).astype(np.float32),
+      rng.integers(0, 2, size=12).astype(np.int64),
+    )
+    optimizer = tff.learning.optimizers.build_sgdm(_LR)
     work = _work(tff_aggregators.InMemoryClientStore())
-    process = tff_aggregators.build_fedlws_process(
-      test_utils.tiny_model_fn,
-      tff.learning.optimizers.build_sgdm(_LR),
-      client_work=work,
+    extra = dict(
+      fedlaw=dict(proxy_data=proxy, max_clients=3, server_epochs=2),
+      fedsa=dict(max_clients=3),
+    ).get(name, {})
+    builder = getattr(tff_aggregators, f'build_{name}_process')
+    process = builder(
+      test_utils.tiny_model_fn, optimizer, client_work=work, **extra
     )
-    self.assertTrue(process.expects_client_ids)
+    self.assertTrue(identified.expects_client_ids(process))
     state, outputs = self._run(process, _COHORTS[:2])
-    self.assertTrue(
-      np.all(
-        np.isfinite(
-          np.concatenate([np.ravel(w) for w in _trainable(process, state)])
-        )
-      )
-    )
-    self.assertIn('finalizer', outputs[-1].metrics)
+    flat = np.concatenate([np.ravel(w) for w in _trainable(process, state)])
+    self.assertTrue(np.all(np.isfinite(flat)))
+    counts = outputs[-1].metrics['client_work']['client_states']
+    self.assertEqual(counts['clients_with_state'], 4)
+    if 'max_clients' in extra:  # The method's own cohort check still runs.
+      with self.assertRaisesRegex(ValueError, 'more than max_clients=3'):
+        process.next(state, _identified(self.datasets, [0, 1, 2, 3]))
 
   def test_refusals(self):
     process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))

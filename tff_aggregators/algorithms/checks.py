@@ -66,6 +66,21 @@ class _CheckedNext:
     return getattr(self._computation, name)
 
 
+class _CheckedDriverProcess:
+  """A driver process whose `next` checks its client data first."""
+
+  def __init__(self, process: Any, check: Callable[[Any], None]):
+    self._process = process
+    self._check = check
+
+  def next(self, state, client_data):
+    self._check(client_data)
+    return self._process.next(state, client_data)
+
+  def __getattr__(self, name):  # initialize, get_model_weights, ...
+    return getattr(self._process, name)
+
+
 class _CheckedLearningProcess(tff.learning.templates.LearningProcess):
   """A `LearningProcess` whose `next` checks its client data in Python."""
 
@@ -93,7 +108,13 @@ def with_round_check(
   process: tff.learning.templates.LearningProcess,
   check: Callable[[Any], None],
 ) -> tff.learning.templates.LearningProcess:
-  """`process`, whose `next` first runs `check(client_data)` in Python."""
+  """`process`, whose `next` first runs `check(client_data)` in Python.
+
+  `process` may also be a driver process (e.g. `with_client_store`'s), whose
+  methods are Python ones.
+  """
+  if not isinstance(process, tff.learning.templates.LearningProcess):
+    return _CheckedDriverProcess(process, check)
   return _CheckedLearningProcess(process, check)
 
 
