@@ -44,14 +44,6 @@ def main(argv: list[str]) -> None:
   aggregators = _AGGREGATORS.value or ['fedavg'] + [
     n for n in registry.names() if n != 'fedavg'
   ]
-  if experiment.CLIENT_OPTIMIZER_STATE.value == 'persistent':
-    for aggregator in aggregators:  # Before any run starts.
-      unsupported = registry.persistent_state_unsupported(aggregator)
-      if unsupported:
-        raise SystemExit(
-          'error: --client_optimizer_state=persistent does not combine with '
-          f'{unsupported}; leave it out with --demo_aggregators.'
-        )
   output_root = run_files.resolve_path(
     experiment.OUTPUT_DIR.value or 'runs/demo'
   )

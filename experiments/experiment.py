@@ -411,25 +411,6 @@ flags.register_validator(
 )
 
 
-def _check_persistent_state(values: dict[str, object]) -> bool:
-  """Refuses, at parsing, what persistent client state cannot combine with."""
-  if values['client_optimizer_state'] != 'persistent':
-    return True
-  unsupported = registry.persistent_state_unsupported(values['aggregator'])
-  if unsupported:
-    raise flags.ValidationError(
-      f'--client_optimizer_state=persistent does not combine with '
-      f'{unsupported}; use --client_optimizer_state=reset.'
-    )
-  return True
-
-
-flags.register_multi_flags_validator(
-  ['client_optimizer_state', 'aggregator'],
-  _check_persistent_state,
-)
-
-
 class _ProjectInfoOnly(logging_lib.Filter):
   """Passes warnings and errors, and INFO records of this project only."""
 

@@ -76,23 +76,13 @@ CLIENT_STATE_STORES = ('state', 'memory', 'disk')
 CLIENT_STATE_DIR = 'client_states'  # Under the run's output directory.
 
 
-def persistent_state_unsupported(name: str) -> Optional[str]:
-  """What persistent client optimizer state cannot combine with, if any."""
-  if name == 'fedcda':
-    return (
-      "--aggregator=fedcda (its client work reports each client's loss "
-      'and id to the server)'
-    )
-  return None
-
-
 def _clients(inputs: ProcessInputs, name: str) -> dict[str, object]:
   """A builder's `client_work` and `proximal_strength` for the flags.
 
   With persistent state, FedProx's term is inside the stateful client work,
   so the builder gets no `proximal_strength` of its own.
   """
-  client_work = _client_work(inputs, name)
+  client_work = _client_work(inputs)
   return dict(
     client_work=client_work,
     proximal_strength=(
@@ -103,12 +93,16 @@ def _clients(inputs: ProcessInputs, name: str) -> dict[str, object]:
 
 def _client_work(
   inputs: ProcessInputs,
-  name: str,
   client_weighting: tff.learning.ClientWeighting = (
     tff.learning.ClientWeighting.NUM_EXAMPLES
   ),
+  with_loss_and_id: bool = False,
 ) -> Optional[tff.learning.templates.ClientWorkProcess]:
-  """None (the method's own client work), or the persistent-state one."""
+  """None (the method's own client work), or the persistent-state one.
+
+  `with_loss_and_id`: the update FedCDA needs (each client's last-epoch
+  loss and id too).
+  """
   if inputs.client_optimizer_state not in CLIENT_OPTIMIZER_STATES:
     raise ValueError(
       f'client_optimizer_state must be one of {CLIENT_OPTIMIZER_STATES}, '
@@ -116,11 +110,6 @@ def _client_work(
     )
   if inputs.client_optimizer_state == 'reset':
     return None
-  unsupported = persistent_state_unsupported(name)
-  if unsupported:
-    raise ValueError(
-      f'persistent client optimizer state does not combine with {unsupported}.'
-    )
   if not inputs.num_clients or not inputs.clients_per_round:
     raise ValueError(
       'persistent client optimizer state needs the population and the '
@@ -135,6 +124,8 @@ def _client_work(
     max_state_bytes=inputs.max_client_state_bytes,
     proximal_strength=inputs.proximal_strength,
     client_store=_client_store(inputs),
+    with_loss_and_id=with_loss_and_id,
+    local_epochs=inputs.local_epochs if with_loss_and_id else None,
   )
 
 
@@ -205,7 +196,7 @@ def _fedavg(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   ]
   # TFF's mean, counting the clients it drops (num_dropped_clients).
   aggregator = dropped_clients.DroppedClientsFactory()
-  client_work = _client_work(inputs, 'fedavg', client_weighting)
+  client_work = _client_work(inputs, client_weighting)
   if client_work is not None:
     return client_works.compose_with_server_optimizer(
       inputs.model_fn, client_work, aggregator, inputs.server_optimizer_fn
@@ -364,7 +355,7 @@ def _fedlaw(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
     proxy_batch_size=FEDLAW_PROXY_BATCH_SIZE.value,
     fixed_gamma=FEDLAW_FIXED_GAMMA.value,
     seed=inputs.seed,
-    client_work=_client_work(inputs, 'fedlaw'),
+    client_work=_client_work(inputs),
   )
 
 
@@ -532,7 +523,6 @@ def _fedcda_history_store(inputs: ProcessInputs):
 @register('fedcda')
 def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
   """FedCDA: per-client model history on the server, cross-round selection."""
-  _client_work(inputs, 'fedcda')  # Refuses persistent client state.
   if not inputs.clients_per_round or not inputs.num_clients:
     raise ValueError('FedCDA needs the cohort size and the population.')
   if inputs.server_optimizer != 'sgd' or inputs.proximal_strength:
@@ -560,6 +550,7 @@ def _fedcda(inputs: ProcessInputs) -> tff.learning.templates.LearningProcess:
       history_store=_fedcda_history_store(inputs),
       local_epochs=inputs.local_epochs,
       max_state_bytes=FEDCDA_MAX_STATE_MB.value * 2**20,
+      client_work=_client_work(inputs, with_loss_and_id=True),
     )
   except fedcda.HistoryTooLargeError as e:
     raise ValueError(

@@ -229,9 +229,11 @@ class EveryMethodTest(absltest.TestCase):
     ]
     cohorts = [[0, 1, 2, 3], [1, 2, 4, 5]]
     methods = [(n, 0.0) for n in ('fedavg', 'fedglad', 'fedlaw', 'fedlws')]
-    methods += [('fedsa', 0.0)]
+    methods += [('fedsa', 0.0), ('fedcda', 0.0)]
     methods += [(n, 0.1) for n in ('fedavg', 'fedglad', 'fedlws', 'fedsa')]
-    with flagsaver.flagsaver(fedlaw_server_epochs=2, fedlaw_proxy_batch_size=8):
+    with flagsaver.flagsaver(
+      fedlaw_server_epochs=2, fedlaw_proxy_batch_size=8, fedcda_warmup=1
+    ):
       for name, proximal_strength in methods:
         models = {}
         for state in ('reset', 'persistent'):
@@ -256,7 +258,7 @@ class EveryMethodTest(absltest.TestCase):
           )
           for ids in cohorts:
             cohort = [datasets[i] for i in ids]
-            if state == 'persistent':
+            if state == 'persistent' or name == 'fedcda':
               cohort = tff_aggregators.with_client_ids(cohort, ids)
             output = process.next(server_state, cohort)
             server_state = output.state
@@ -279,19 +281,6 @@ class EveryMethodTest(absltest.TestCase):
         self.assertFalse(
           np.array_equal(models['reset'], test_utils.flat_trainable(initial))
         )
-
-  def test_fedcda_is_refused(self):
-    inputs = dict(
-      model_fn=test_utils.tiny_model_fn,
-      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
-      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-      server_optimizer='sgd',
-      clients_per_round=4,
-      num_clients=6,
-      client_optimizer_state='persistent',
-    )
-    with self.assertRaisesRegex(ValueError, 'does not combine with --agg'):
-      registry.build_process('fedcda', registry.ProcessInputs(**inputs))
 
 
 class RefusalTest(absltest.TestCase):
@@ -330,28 +319,6 @@ class RefusalTest(absltest.TestCase):
       'needs 3 clients x 1 optimizer slots x 199,210 parameters x 4 bytes = '
       '2.3 MiB of client optimiser state in the TFF state',
       'use a smaller --clients_per_round',
-    )
-
-  def test_the_demo_refuses_before_its_first_run(self):
-    # The demo runs every method in turn; FedCDA's refusal must not wait.
-    output_dir = os.path.join(self.create_tempdir().full_path, 'demo')
-    result = test_utils.run_module(
-      'experiments.demo',
-      [f'--output_dir={output_dir}', '--client_optimizer_state=persistent'],
-      marker=_MARKER,
-      check=False,
-    )
-    problems = test_utils.problem_lines(result.stderr)
-    self.assertEqual(result.returncode, 1, result.stderr[-2000:])
-    self.assertLen(problems, 1, problems)
-    self.assertIn('does not combine with --aggregator=fedcda', problems[0])
-    self.assertFalse(os.path.exists(output_dir))
-
-  def test_fedcda(self):
-    self.assert_refused(
-      dict(aggregator='fedcda'),
-      '--client_optimizer_state=persistent does not combine with '
-      '--aggregator=fedcda',
     )
 
   def test_fedprox_is_accepted_at_parsing(self):

@@ -10,6 +10,7 @@ return the driver process for it.
 """
 
 import asyncio
+import itertools
 import os
 
 from absl.testing import absltest
@@ -296,6 +297,73 @@ class StoredClientStateTest(parameterized.TestCase):
     if 'max_clients' in extra:  # The method's own cohort check still runs.
       with self.assertRaisesRegex(ValueError, 'more than max_clients=3'):
         process.next(state, _identified(self.datasets, [0, 1, 2, 3]))
+
+  @parameterized.named_parameters(
+    ('everything_in_tff_state', None, None, (0.0, 0.9)),
+    ('history_and_states_in_memory', 'memory', 'memory', (0.0,)),
+    ('history_in_state_states_on_disk', None, 'disk', (0.0,)),
+  )
+  def test_fedcda_with_persistent_states(self, history, states, momenta):
+    # Persistent against reset: with momentum 0 the same models (so the same
+    # losses and selections); with momentum 0.9 the same first round, then
+    # apart once a client trains again with its kept momentum.
+    cohorts = [[0, 1, 2], [1, 3, 4], [0, 2, 3], [1, 2, 4]]
+    models = {}
+    for momentum, persistent in itertools.product(momenta, (False, True)):
+      optimizer = tff.learning.optimizers.build_sgdm(_LR, momentum=momentum)
+      work = None
+      if persistent:
+        store = states and self._store(states)[0]
+        work = tff_aggregators.build_stateful_client_work(
+          test_utils.tiny_model_fn,
+          optimizer,
+          num_clients=_POPULATION,
+          max_clients=3,
+          client_store=store,
+          with_loss_and_id=True,
+        )
+      history_store = history and self._store(history)[0]
+      process = tff_aggregators.build_fedcda_process(
+        test_utils.tiny_model_fn,
+        optimizer,
+        num_clients=_POPULATION,
+        max_clients=3,
+        warmup_rounds=1,
+        memory_size=2,
+        history_store=history_store,
+        client_work=work,
+      )
+      state = process.initialize()
+      if models:
+        state = process.set_model_weights(state, self.initial)
+      else:
+        self.initial = process.get_model_weights(state)
+      rounds = []
+      for ids in cohorts:
+        output = process.next(state, _identified(self.datasets, ids))
+        state = output.state
+        rounds.append(
+          np.concatenate([np.ravel(w) for w in _trainable(process, state)])
+        )
+      models[(momentum, persistent)] = np.stack(rounds)
+    np.testing.assert_array_equal(models[(0.0, True)], models[(0.0, False)])
+    if 0.9 in momenta:
+      np.testing.assert_array_equal(
+        models[(0.9, True)][0], models[(0.9, False)][0]
+      )
+      self.assertFalse(
+        np.allclose(models[(0.9, True)][1], models[(0.9, False)][1])
+      )
+
+  def test_fedcda_refuses_a_client_work_without_loss_and_id(self):
+    with self.assertRaisesRegex(ValueError, 'with_loss_and_id=True'):
+      tff_aggregators.build_fedcda_process(
+        test_utils.tiny_model_fn,
+        tff.learning.optimizers.build_sgdm(_LR),
+        num_clients=_POPULATION,
+        max_clients=3,
+        client_work=_work(),
+      )
 
   def test_refusals(self):
     process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))

@@ -12,7 +12,9 @@ from tff_aggregators.aggregators import collect
 from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import client_works
 from tff_aggregators.algorithms import fedcda_store
+from tff_aggregators.algorithms import stored_client_state
 from tff_aggregators.client_works import identified
+from tff_aggregators.client_works import stateful
 from tff_aggregators.finalizers import fedcda
 
 
@@ -51,6 +53,7 @@ def build_fedcda_process(
   history_store: Optional[fedcda_store.HistoryStore] = None,
   local_epochs: Optional[int] = None,
   max_state_bytes: int = fedcda.DEFAULT_MAX_STATE_BYTES,
+  client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
 ) -> Union[
   tff.learning.templates.LearningProcess, fedcda_store.FedCdaStoreProcess
 ]:
@@ -118,6 +121,12 @@ def build_fedcda_process(
       times: clients then report the loss of their last epoch (eq. 8's f_n);
       None: the loss over all local steps (the same with one epoch).
     max_state_bytes: The largest in-state history (N K D 4 bytes) accepted.
+    client_work: None: the identified client work built from the arguments
+      above. Or another whose update is the identified client work's
+      `OrderedDict(delta, loss, client_id)`, e.g. persistent client
+      optimizer state: `build_stateful_client_work(..., with_loss_and_id=
+      True, local_epochs=E)` (with a `client_store`, the process returned
+      is wrapped by `stored_client_state` as well).
 
   Returns:
     A `tff.learning.templates.LearningProcess`, or a
@@ -152,20 +161,21 @@ def build_fedcda_process(
   )
   initial_model_weights_fn = client_works.initial_model_weights_fn(model_fn)
   model_weights_type = initial_model_weights_fn.type_signature.result
-  client_work = identified.build_identified_client_work(
-    model_fn,
-    client_optimizer_fn,
-    client_weighting=client_weighting,
-    metrics_aggregator=metrics_aggregator,
-    loop_implementation=loop_implementation,
-    local_epochs=local_epochs,
-  )
-  update_type = client_work.next.type_signature.result.result.member.update
+  if client_work is None:
+    client_work = identified.build_identified_client_work(
+      model_fn,
+      client_optimizer_fn,
+      client_weighting=client_weighting,
+      metrics_aggregator=metrics_aggregator,
+      loop_implementation=loop_implementation,
+      local_epochs=local_epochs,
+    )
+  update_type = _check_client_work(client_work, builder)
   aggregator = collect.CollectAllFactory(max_clients).create(
     update_type, tff.TensorType(np.float32)
   )
   if history_store is not None:
-    return fedcda_store.FedCdaStoreProcess(
+    process = fedcda_store.FedCdaStoreProcess(
       initial_model_weights_fn=initial_model_weights_fn,
       client_work=client_work,
       aggregator=aggregator,
@@ -175,6 +185,9 @@ def build_fedcda_process(
       options=cda_options,
       history_store=history_store,
     )
+    if isinstance(client_work, stateful.StoredStateClientWork):
+      return stored_client_state.ClientStateStoreProcess(process, client_work)
+    return process
   finalizer = fedcda.build_fedcda_finalizer(
     model_weights_type,
     update_type,
@@ -193,6 +206,25 @@ def build_fedcda_process(
   return checks.with_round_check(
     process, functools.partial(check_round, max_clients=max_clients)
   )
+
+
+def _check_client_work(client_work, builder: str) -> tff.Type:
+  """The update type of a client work FedCDA can take; raises otherwise."""
+  client_works.check_client_work(client_work)
+  update_type = client_work.next.type_signature.result.result.member.update
+  names = (
+    tff.structure.name_list(update_type)
+    if isinstance(update_type, tff.StructType)
+    else []
+  )
+  if names != [identified.DELTA, identified.LOSS, identified.CLIENT_ID]:
+    raise ValueError(
+      f"{builder}: the client work must report each client's delta, loss "
+      'and id (FedCDA keeps them): build_stateful_client_work(..., '
+      'with_loss_and_id=True) or the identified client work; its update '
+      f'is {update_type}.'
+    )
+  return update_type
 
 
 def check_round(client_data, *, max_clients: int) -> None:

@@ -27,6 +27,7 @@ empty for a memory-mapped store>)`, a structure of NumPy arrays that
 """
 
 import collections
+import collections.abc
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,9 @@ def cohort_ids(client_data: list[tf.data.Dataset]) -> np.ndarray:
 class ClientStateStoreProcess:
   """A learning process with its client states in a store; module docstring.
 
+  The wrapped process is a `LearningProcess` (its state's `client_work`) or
+  FedCDA's `FedCdaStoreProcess` (its state's `['client_work']`).
+
   Behaves as a `tff.learning.templates.LearningProcess` (`initialize`,
   `next`, `get_model_weights`, `set_model_weights`, `get_hparams`,
   `set_hparams`), also under `tff.learning.programs.train_model`.
@@ -70,9 +74,10 @@ class ClientStateStoreProcess:
     self._work = client_work
     self._store = client_work.client_store
     self._sizes = [s.shape.num_elements() for s in client_work.leaf_specs]
-    self._store.open(
-      client_work.num_clients, _NUM_SLOTS, sum(self._sizes), _WHAT
-    )
+    # One value at least: an optimizer without state (plain SGD) keeps none,
+    # and a file cannot map zero bytes.
+    self._width = max(sum(self._sizes), 1)
+    self._store.open(client_work.num_clients, _NUM_SLOTS, self._width, _WHAT)
 
   def initialize(self) -> collections.OrderedDict:
     return collections.OrderedDict(
@@ -110,8 +115,8 @@ class ClientStateStoreProcess:
     ids = cohort_ids(client_data)
     self._check_ids(ids)
     inner = state['process']
-    inner = inner._replace(
-      client_work=self._cohort_table(state, ids, inner.client_work)
+    inner = _with_work_state(
+      inner, self._cohort_table(state, ids, _work_state(inner))
     )
     output = self._process.next(inner, client_data)
     return client_store.finish_round(
@@ -137,7 +142,7 @@ class ClientStateStoreProcess:
     seen = row_ids >= 0
     has_state = np.zeros([m], bool)
     has_state[seen] = stamps[row_ids[seen]].max(axis=1) >= 0
-    flat = np.zeros([m, sum(self._sizes)], np.float32)
+    flat = np.zeros([m, self._width], np.float32)
     readable = np.nonzero(has_state)[0]
     if readable.size:
       clients = row_ids[readable]
@@ -160,7 +165,7 @@ class ClientStateStoreProcess:
 
   def _finish_round(self, state, output):
     """Writes the round's rows into the store; the new state and metrics."""
-    work_state = output.state.client_work
+    work_state = _work_state(output.state)
     row_ids = np.asarray(work_state[stateful.ROW_IDS])
     written = np.asarray(work_state[stateful.HAS_STATE]) & (row_ids >= 0)
     written &= _first_occurrence(row_ids)
@@ -174,7 +179,8 @@ class ClientStateStoreProcess:
       [
         np.reshape(np.asarray(leaf, np.float32)[written], [clients.size, -1])
         for leaf in work_state[stateful.CLIENT_STATES]
-      ],
+      ]
+      + [np.zeros([clients.size, self._width - sum(self._sizes)], np.float32)],
       axis=1,
     )
     self._store.wrote(clients, slots, t)
@@ -211,6 +217,19 @@ def _with_count(metrics, stamps):
   return metrics
 
 
+def _work_state(state):
+  """The client work's part of a wrapped process's state."""
+  if isinstance(state, collections.abc.Mapping):  # FedCDA's store process.
+    return state['client_work']
+  return state.client_work  # tff.learning's LearningAlgorithmState.
+
+
+def _with_work_state(state, work_state):
+  if isinstance(state, collections.abc.Mapping):
+    return _replace(state, client_work=work_state)
+  return state._replace(client_work=work_state)
+
+
 def _replace(state, **values):
   state = collections.OrderedDict(state)
   state.update(values)
@@ -234,6 +253,11 @@ def with_client_store(
   """
   if not isinstance(client_work, stateful.StoredStateClientWork):
     return process
+  if not isinstance(process, tff.learning.templates.LearningProcess):
+    raise TypeError(
+      'with_client_store wraps a tff.learning.templates.LearningProcess, '
+      f'got {type(process).__name__} (the builders here wrap their own).'
+    )
   work_type = process.initialize.type_signature.result.member.client_work
   if work_type != client_work.initialize.type_signature.result.member:
     raise ValueError(

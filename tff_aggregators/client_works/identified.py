@@ -171,6 +171,12 @@ def check_identified_cohort(
       )
 
 
+def check_local_epochs(local_epochs: Optional[int]) -> None:
+  """Raises `ValueError` unless `local_epochs` is None or at least 1."""
+  if local_epochs is not None and int(local_epochs) < 1:
+    raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
+
+
 def build_identified_client_work(
   model_fn: Callable[[], tff.learning.models.VariableModel],
   optimizer: tff.learning.optimizers.Optimizer,
@@ -200,8 +206,7 @@ def build_identified_client_work(
     A `ClientWorkProcess` whose client data is `with_client_ids`'s: each
     element `OrderedDict(data=<model input>, client_id=int32)`.
   """
-  if local_epochs is not None and int(local_epochs) < 1:
-    raise ValueError(f'local_epochs must be >= 1, got {local_epochs}.')
+  check_local_epochs(local_epochs)
 
   def client_data_type(element_type):
     return tff.SequenceType(

@@ -234,6 +234,8 @@ def build_stateful_client_work(
   max_state_bytes: int = DEFAULT_MAX_STATE_BYTES,
   proximal_strength: float = 0.0,
   client_store: Optional[client_store_lib.ClientStore] = None,
+  with_loss_and_id: bool = False,
+  local_epochs: Optional[int] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work with per-client optimizer state.
 
@@ -258,6 +260,11 @@ def build_stateful_client_work(
       "Large populations"); the builders here (`client_work=`) then return
       a driver process, and a process composed by hand is wrapped with
       `tff_aggregators.with_client_store(process, client_work)`.
+    with_loss_and_id: False: the update is the model delta (TFF's). True:
+      `OrderedDict(delta, loss, client_id)`, the identified client work's,
+      which FedCDA needs (`build_fedcda_process(client_work=...)`).
+    local_epochs: With `with_loss_and_id`, as in
+      `build_identified_client_work`: the loss is the last of E passes.
 
   Returns:
     A `ClientWorkProcess` whose client data is `with_client_ids`'s, whose
@@ -291,6 +298,7 @@ def build_stateful_client_work(
       f'tff.learning.ClientWeighting, got {client_weighting!r}.'
     )
   client_store_lib.check_store(client_store, 'client_store')
+  identified.check_local_epochs(local_epochs)
   trainable_specs, leaf_specs = _leaf_specs(model_fn, optimizer)
   # The table in the TFF state: every client's row, or the cohort's.
   table_rows = num_clients if client_store is None else max_clients
@@ -329,6 +337,7 @@ def build_stateful_client_work(
     num_clients=num_clients,
     max_clients=max_clients,
     proximal_strength=float(proximal_strength),
+    loss_report=(local_epochs,) if with_loss_and_id else None,
   )
   if client_store is None:
     return process
@@ -406,6 +415,7 @@ def _build_process(
   num_clients,
   max_clients,
   proximal_strength,
+  loss_report,
 ):
   """The `ClientWorkProcess` around the client update and the table write."""
   if metrics_aggregator is None:
@@ -439,6 +449,7 @@ def _build_process(
       loop_implementation,
       num_clients,
       proximal_strength,
+      loss_report,
     )
     return train(
       initial_weights,
@@ -589,6 +600,7 @@ def _build_training(
   loop_implementation,
   num_clients,
   proximal_strength,
+  loss_report,
 ):
   """TFF's model-delta local training, starting from the client's state.
 
@@ -596,7 +608,10 @@ def _build_training(
   `build_model_delta_update_with_tff_optimizer` (TFF 0.87). The data is
   read once: the loop state holds the client id (`NO_ID` until the first
   batch) and, at the first batch, the optimizer state is replaced by the
-  client's saved one (`_start_state`) before the step.
+  client's saved one (`_start_state`) before the step. It also keeps each
+  batch's size and loss: with `loss_report` (`(local_epochs,)`) the update
+  is FedCDA's (delta, last epoch's loss, id), as the identified client
+  work's.
   """
   model = model_fn()
   training_loop = tff_compat.build_training_loop(loop_implementation)
@@ -618,7 +633,7 @@ def _build_training(
       )
 
     def reduce_fn(state, element):
-      num_examples, client_id, optimizer_state = state
+      num_examples, client_id, optimizer_state, sizes, losses = state
       optimizer_state = tf.cond(
         tf.equal(client_id, identified.NO_ID),
         lambda: start(element[identified.CLIENT_ID]),
@@ -631,22 +646,35 @@ def _build_training(
         optimizer_state,
         element[identified.DATA],
       )
+      n = identified.batch_examples(output)
       return (
-        num_examples + identified.batch_examples(output),
+        num_examples + n,
         element[identified.CLIENT_ID],
         optimizer_state,
+        sizes.write(sizes.size(), tf.cast(n, tf.float64)),
+        losses.write(losses.size(), tf.cast(output.loss, tf.float64)),
       )
 
     def initial_state():
+      array = lambda: tf.TensorArray(
+        tf.float64, size=0, dynamic_size=True, element_shape=[]
+      )
       return (
         tf.constant(0, tf.int64),
         tf.constant(identified.NO_ID, tf.int32),
         start(None),
+        array(),
+        array(),
       )
 
-    num_examples, client_id, optimizer_state = training_loop(
+    num_examples, client_id, optimizer_state, sizes, losses = training_loop(
       reduce_fn, data, initial_state
     )
+    loss = None
+    if loss_report is not None:
+      loss = identified.last_epoch_loss(
+        sizes.stack(), losses.stack(), loss_report[0]
+      )
     return _client_outputs(
       model,
       initial_weights,
@@ -656,6 +684,7 @@ def _build_training(
       optimizer,
       optimizer_state,
       client_weighting,
+      loss,
     )
 
   return train
@@ -717,8 +746,13 @@ def _client_outputs(
   optimizer,
   optimizer_state,
   client_weighting,
+  loss=None,
 ):
-  """(ClientResult, metrics, row, write flag) as TFF's client work gives."""
+  """(ClientResult, metrics, row, write flag) as TFF's client work gives.
+
+  With a `loss`, the update is the identified client work's (FedCDA's):
+  `OrderedDict(delta, loss, client_id)`.
+  """
   delta, weight, non_finite = identified.delta_and_weight(
     model, initial_weights, weights, num_examples, client_weighting
   )
@@ -737,8 +771,17 @@ def _client_outputs(
       ),
     ]
   )
+  update = delta
+  if loss is not None:
+    update = collections.OrderedDict(
+      [
+        (identified.DELTA, delta),
+        (identified.LOSS, loss),
+        (identified.CLIENT_ID, tf.cast(client_id, tf.float32)),
+      ]
+    )
   return (
-    tff.learning.templates.ClientResult(update=delta, update_weight=weight),
+    tff.learning.templates.ClientResult(update=update, update_weight=weight),
     model.report_local_unfinalized_metrics(),
     row,
     tf.cast(written, tf.float32),
