@@ -231,6 +231,17 @@ class StoredClientStateTest(parameterized.TestCase):
     self._run(process, _COHORTS[1:4], first)  # The file moves on.
     with self.assertRaisesRegex(ValueError, 'has moved past the process'):
       self._run(process, _COHORTS[1:2], first)
+    # Another (here empty) directory under a state that has rows: refused
+    # at the first round, whichever clients it samples.
+    process = _fedavg(
+      _work(tff_aggregators.MemmapClientStore(self.create_tempdir().full_path))
+    )
+    state, _ = self._run(process, _COHORTS[:2])
+    empty = _fedavg(
+      _work(tff_aggregators.MemmapClientStore(self.create_tempdir().full_path))
+    )
+    with self.assertRaisesRegex(ValueError, "does not hold this run's rows"):
+      self._run(empty, [[4]], state)
 
   def test_in_memory_state_round_trips_through_a_checkpoint(self):
     process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
@@ -383,6 +394,15 @@ class StoredClientStateTest(parameterized.TestCase):
       )
     with self.assertRaisesRegex(ValueError, 'InMemoryClientStore'):
       _work(max_state_bytes=10)
+    with self.assertRaisesRegex(TypeError, 'wraps a tff.learning.templates'):
+      tff_aggregators.with_client_store(process, _work(process._store))
+    # Composed without the wrapper: the clients find no row and fail.
+    work = _work(tff_aggregators.InMemoryClientStore())
+    unwrapped = _fedavg(work)._process
+    with self.assertRaisesRegex(
+      Exception, 'wrap the process with tff_aggregators.with_client_store'
+    ):
+      unwrapped.next(unwrapped.initialize(), _identified(self.datasets, [0]))
 
 
 if __name__ == '__main__':

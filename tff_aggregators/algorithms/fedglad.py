@@ -81,7 +81,9 @@ def build_fedglad_process(
       `proximal_strength`).
 
   Returns:
-    A `tff.learning.templates.LearningProcess`.
+    A `tff.learning.templates.LearningProcess`; with a `client_work` built
+    with a `client_store`, a driver process with the same methods
+    (`tff_aggregators.with_client_store`'s).
 
   Raises:
     ValueError: On an unknown `grouping` or `server_update_scaling`, or a

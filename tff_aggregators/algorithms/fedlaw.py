@@ -72,7 +72,9 @@ def build_fedlaw_process(
     seed: Seeds the proxy shuffling.
 
   Returns:
-    A `tff.learning.templates.LearningProcess`.
+    A `tff.learning.templates.LearningProcess`; with a `client_work` built
+    with a `client_store`, a driver process with the same methods
+    (`tff_aggregators.with_client_store`'s).
   """
   checks.check_model_fn(model_fn, 'build_fedlaw_process')
   max_clients = checks.check_max_clients(max_clients, 'build_fedlaw_process')

@@ -80,7 +80,9 @@ def build_fedlws_process(
       (paper Eq. 4, two-phase) or `'rms'` (one pass).
 
   Returns:
-    A `tff.learning.templates.LearningProcess`.
+    A `tff.learning.templates.LearningProcess`; with a `client_work` built
+    with a `client_store`, a driver process with the same methods
+    (`tff_aggregators.with_client_store`'s).
   """
   checks.check_model_fn(model_fn, 'build_fedlws_process')
   tau_mode = options.parse(options.FedLwsTauMode, tau_mode, 'tau_mode')

@@ -97,7 +97,9 @@ def build_fedsa_process(
       'per_tensor' (Algorithm 1) or 'global'.
 
   Returns:
-    A `tff.learning.templates.LearningProcess`.
+    A `tff.learning.templates.LearningProcess`; with a `client_work` built
+    with a `client_store`, a driver process with the same methods
+    (`tff_aggregators.with_client_store`'s).
   """
   checks.check_model_fn(model_fn, 'build_fedsa_process')
   max_clients = checks.check_max_clients(max_clients, 'build_fedsa_process')

@@ -84,7 +84,7 @@ def check_client_ids(
     ):
       raise ValueError(
         f'Client id {client_id!r} is outside the population [0, {limit}): '
-        'ids index the clients (num_clients of the FedCDA builder).'
+        "ids index the clients (the builder's num_clients)."
       )
     checked.append(int(client_id))
   duplicates = sorted({i for i in checked if checked.count(i) > 1})

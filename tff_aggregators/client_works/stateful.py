@@ -728,6 +728,22 @@ def _start_state(optimizer, specs, hparams, saved_states, num_clients):
     with tf.control_dependencies(checks):
       client_id = tf.identity(client_id)
     position, found = _positions(row_ids, client_id)
+    if row_ids is not None:  # A cohort table: the driver must have filled it.
+      with tf.control_dependencies(
+        [
+          tf.debugging.assert_equal(
+            found,
+            True,
+            message=(
+              f'{_BUILDER}(client_store=...): the round has no row for this '
+              "client (the driver fills the cohort's rows): wrap the process "
+              'with tff_aggregators.with_client_store(process, client_work), '
+              'as the builders here do.'
+            ),
+          )
+        ]
+      ):
+        position = tf.identity(position)
     return tf.cond(
       tf.logical_and(found, tf.gather(has_state, position)),
       lambda: saved(position),

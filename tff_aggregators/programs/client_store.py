@@ -71,6 +71,17 @@ class ClientStore:
   def wrote(self, ids: np.ndarray, slots: np.ndarray, round_num: int) -> None:
     """Records that `slots` of `ids` now hold round `round_num`'s rows."""
 
+  def check_once(self, stamps: np.ndarray, round_num: int) -> None:
+    """`check` over every client, the first time a driver calls it.
+
+    Called before a process's first round, so a store that does not belong
+    to the state (another run's directory, an emptied one) is refused at
+    once rather than when one of its clients is sampled again.
+    """
+    if not getattr(self, '_checked_once', False):
+      self.check(np.arange(len(stamps)), np.asarray(stamps), round_num)
+      self._checked_once = True
+
   @property
   def in_state(self) -> bool:
     """Whether the rows are part of the process state (and checkpoint)."""
@@ -79,6 +90,11 @@ class ClientStore:
 
 class InMemoryClientStore(ClientStore):
   """The rows as a NumPy array in the process state (checkpointed).
+
+  The whole array (N x slots x D x 4 bytes, also for clients not seen yet)
+  is part of every checkpoint a `tff.program` state manager keeps; for a
+  large population use `MemmapClientStore`, whose checkpoints hold only the
+  stamps.
 
   Args:
     max_bytes: Refuse a larger array (N x slots x D x 4 bytes; default 8
@@ -173,6 +189,16 @@ class MemmapClientStore(ClientStore):
   def check(self, ids, stamps, round_num):
     found = self._stamps[ids]
     stale = np.logical_and(found != stamps, found != round_num)
+    behind = np.logical_and(stale, found < stamps)
+    if np.any(behind):
+      first = np.nonzero(behind)[0][0]
+      raise ValueError(
+        f'The store of {self._what} in {self._directory} does not hold this '
+        f"run's rows: client {ids[first]}'s slots hold rounds "
+        f'{self._stamps[ids[first]].tolist()} where the state expects '
+        f"{stamps[first].tolist()} (another run's or an emptied "
+        'directory). Pass the directory the run started with.'
+      )
     if np.any(stale):
       first = np.nonzero(stale)[0][0]
       raise ValueError(

@@ -160,7 +160,10 @@ class ClientDataSource(tff.program.FederatedDataSource):
 
 
 class IdentifiedDataSource(ClientDataSource):
-  """`ClientDataSource` with each client's index in every element (FedCDA).
+  """`ClientDataSource` with each client's index in every element.
+
+  For the processes whose client data carries client ids: FedCDA's and
+  those with persistent client state (`build_stateful_client_work`).
 
   Each element is `OrderedDict(data=<element>, client_id=<index>)`
   (`tff_aggregators.with_client_ids`); the arguments are
