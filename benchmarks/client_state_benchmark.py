@@ -49,6 +49,7 @@ import tensorflow_federated as tff
 from benchmarks import common
 from experiments import run_files
 import tff_aggregators
+from tff_aggregators.algorithms import client_works
 from tff_aggregators.client_works import stateful
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -148,22 +149,13 @@ def _stateful_fedavg(client_store):
     max_state_bytes=max(size.total_bytes, stateful.DEFAULT_MAX_STATE_BYTES),
     client_store=client_store,
   )
-  initial = tff.tensorflow.computation(
-    lambda: tff.learning.models.ModelWeights.from_model(_model_fn())
-  )
-  weights_type = initial.type_signature.result
-  process = tff.learning.templates.compose_learning_process(
-    initial,
-    tff.learning.templates.build_broadcast_process(weights_type),
+  # TFF's FedAvg composition around `work` (wrapped for its store).
+  return client_works.compose_with_server_optimizer(
+    _model_fn,
     work,
-    tff.aggregators.MeanFactory().create(
-      weights_type.trainable, tff.TensorType(np.float32)
-    ),
-    tff.learning.templates.build_apply_optimizer_finalizer(
-      tff.learning.optimizers.build_sgdm(1.0), weights_type
-    ),
+    tff.aggregators.MeanFactory(),
+    tff.learning.optimizers.build_sgdm(1.0),
   )
-  return tff_aggregators.with_client_store(process, work)
 
 
 def _reset_driver_peak() -> bool:

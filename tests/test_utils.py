@@ -284,6 +284,30 @@ def tiny_client_datasets(num_clients: int, seed: int = 0) -> list:
   return datasets
 
 
+def multi_step_client_datasets(num_clients: int, seed: int = 3) -> list:
+  """For `tiny_model_fn`: client k has 4 + k examples in batches of 3.
+
+  So each client takes two or three local steps (momentum acts within a
+  round as well as across rounds).
+  """
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+  rng = np.random.default_rng(seed)
+  datasets = []
+  for k in range(num_clients):
+    x = rng.normal(size=(4 + k, 3)).astype(np.float32) + 0.5 * k
+    y = rng.integers(0, 2, size=4 + k).astype(np.int64)
+    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(3))
+  return datasets
+
+
+def dataset_arrays(datasets) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+  """Each dataset's batches as (float64 x, y) arrays, for NumPy references."""
+  return [
+    [(x.numpy().astype(np.float64), y.numpy()) for x, y in d] for d in datasets
+  ]
+
+
 def flat_trainable(weights) -> np.ndarray:
   """A `ModelWeights`' trainable tensors as one flat vector."""
   return np.concatenate([np.ravel(x) for x in weights.trainable])

@@ -10,7 +10,6 @@ import asyncio
 
 from absl.testing import absltest
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 import tff_aggregators
@@ -26,23 +25,6 @@ _LR, _MOMENTUM = 0.1, 0.9
 
 def setUpModule():
   runtime.use_local_worker()
-
-
-def _datasets(seed=3):
-  """Client k: 4 + k examples in batches of 3 (two or three local steps)."""
-  rng = np.random.default_rng(seed)
-  datasets = []
-  for k in range(_POPULATION):
-    x = rng.normal(size=(4 + k, 3)).astype(np.float32) + 0.5 * k
-    y = rng.integers(0, 2, size=4 + k).astype(np.int64)
-    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(3))
-  return datasets
-
-
-def _arrays(datasets):
-  return [
-    [(x.numpy().astype(np.float64), y.numpy()) for x, y in d] for d in datasets
-  ]
 
 
 @tff.tensorflow.computation
@@ -125,8 +107,8 @@ class StatefulClientWorkTest(absltest.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.datasets = _datasets()
-    cls.data = _arrays(cls.datasets)
+    cls.datasets = test_utils.multi_step_client_datasets(_POPULATION)
+    cls.data = test_utils.dataset_arrays(cls.datasets)
     cls.process = _stateful_process()
 
   def test_momentum_resumes_per_client_as_numpy_sgdm(self):

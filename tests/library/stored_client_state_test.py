@@ -16,7 +16,6 @@ import os
 from absl.testing import absltest
 from absl.testing import parameterized
 import numpy as np
-import tensorflow as tf
 import tensorflow_federated as tff
 
 from tests import numpy_references
@@ -34,23 +33,6 @@ _LR, _MOMENTUM = 0.1, 0.9
 
 def setUpModule():
   runtime.use_local_worker()
-
-
-def _datasets(seed=3):
-  """Client k: 4 + k examples in batches of 3 (two or three local steps)."""
-  rng = np.random.default_rng(seed)
-  datasets = []
-  for k in range(_POPULATION):
-    x = rng.normal(size=(4 + k, 3)).astype(np.float32) + 0.5 * k
-    y = rng.integers(0, 2, size=4 + k).astype(np.int64)
-    datasets.append(tf.data.Dataset.from_tensor_slices((x, y)).batch(3))
-  return datasets
-
-
-def _arrays(datasets):
-  return [
-    [(x.numpy().astype(np.float64), y.numpy()) for x, y in d] for d in datasets
-  ]
 
 
 def _work(store=None, num_clients=_POPULATION, **kwargs):
@@ -113,8 +95,8 @@ class StoredClientStateTest(parameterized.TestCase):
   @classmethod
   def setUpClass(cls):
     super().setUpClass()
-    cls.datasets = _datasets()
-    cls.data = _arrays(cls.datasets)
+    cls.datasets = test_utils.multi_step_client_datasets(_POPULATION)
+    cls.data = test_utils.dataset_arrays(cls.datasets)
 
   def _store(self, kind):
     if kind == 'memory':

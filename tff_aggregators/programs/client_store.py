@@ -190,25 +190,29 @@ class MemmapClientStore(ClientStore):
     found = self._stamps[ids]
     stale = np.logical_and(found != stamps, found != round_num)
     behind = np.logical_and(stale, found < stamps)
-    if np.any(behind):
-      first = np.nonzero(behind)[0][0]
-      raise ValueError(
-        f'The store of {self._what} in {self._directory} does not hold this '
-        f"run's rows: client {ids[first]}'s slots hold rounds "
-        f'{self._stamps[ids[first]].tolist()} where the state expects '
-        f"{stamps[first].tolist()} (another run's or an emptied "
-        'directory). Pass the directory the run started with.'
-      )
-    if np.any(stale):
-      first = np.nonzero(stale)[0][0]
-      raise ValueError(
-        f'The store of {self._what} in {self._directory} has moved past '
-        f"the process state: client {ids[first]}'s slots hold rounds "
-        f'{self._stamps[ids[first]].tolist()} where the state expects '
-        f'{stamps[first].tolist()}. The store can only be one round ahead '
-        'of the state (an interrupted round); resume from the latest '
-        'checkpoint, or start a new run with a new store directory.'
-      )
+    for mask, problem, fix in (
+      (
+        behind,
+        "does not hold this run's rows",
+        " (another run's or an emptied directory). Pass the directory the "
+        'run started with.',
+      ),
+      (
+        stale,
+        'has moved past the process state',
+        '. The store can only be one round ahead of the state (an '
+        'interrupted round); resume from the latest checkpoint, or start a '
+        'new run with a new store directory.',
+      ),
+    ):
+      if np.any(mask):
+        first = np.nonzero(mask)[0][0]
+        raise ValueError(
+          f'The store of {self._what} in {self._directory} {problem}: client '
+          f"{ids[first]}'s slots hold rounds "
+          f'{self._stamps[ids[first]].tolist()} where the state expects '
+          f'{stamps[first].tolist()}{fix}'
+        )
 
   def wrote(self, ids, slots, round_num):
     self._models.flush()  # Data before the stamps that vouch for it.
