@@ -28,9 +28,14 @@ _MARKER_VARIABLE = 'TFF_AGGREGATORS_TEST_MARKER'
 _FULL_SUITE_VARIABLE = 'TFF_AGGREGATORS_FULL_SUITE'
 
 
+def is_full_suite() -> bool:
+  """Whether this is `make full_test` (slow repeats of covered paths too)."""
+  return os.environ.get(_FULL_SUITE_VARIABLE) == '1'
+
+
 def skip_unless_full_suite(test_case, reason: str) -> None:
   """Skips `test_case` under `make test`; `make full_test` runs it."""
-  if os.environ.get(_FULL_SUITE_VARIABLE) != '1':
+  if not is_full_suite():
     test_case.skipTest(f'{reason} (in `make full_test` only)')
 
 
