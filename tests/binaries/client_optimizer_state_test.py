@@ -193,6 +193,9 @@ class PersistentStateTest(absltest.TestCase):
       )
     )
     self.assertEqual(_train(output_dir, **disk), self.persistent)
+    # Starting over in the same directory clears the old store first.
+    again = _train(output_dir, rounds=1, overwrite=True, **disk)
+    self.assertEqual(again, self.persistent[:1])
 
   def test_the_flags_are_run_flags(self):
     run_flags = experiment._run_flags('fedavg')  # pylint: disable=protected-access

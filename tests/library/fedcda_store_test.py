@@ -246,16 +246,16 @@ class FedCdaStoreTest(parameterized.TestCase):
       self._process('/tmp/somewhere')
     with self.assertRaisesRegex(ValueError, 'GiB.*MemmapHistoryStore'):
       self._process(tff_aggregators.InMemoryHistoryStore(max_bytes=10))
+    huge = tff_aggregators.MemmapHistoryStore(self.create_tempdir().full_path)
+    huge.open(2**40, 4, 2**30)  # The files open at first use.
     with self.assertRaisesRegex(ValueError, 'Cannot map.*TiB'):
-      tff_aggregators.MemmapHistoryStore(self.create_tempdir().full_path).open(
-        2**40, 4, 2**30
-      )
+      huge.initial_models()
     directory = self.create_tempdir().full_path
-    self._process(tff_aggregators.MemmapHistoryStore(directory))
+    self._process(tff_aggregators.MemmapHistoryStore(directory)).initialize()
     with self.assertRaisesRegex(ValueError, 'new directory'):
       self._process(
         tff_aggregators.MemmapHistoryStore(directory), memory_size=2
-      )
+      ).initialize()
 
 
 if __name__ == '__main__':

@@ -193,8 +193,10 @@ class StoredClientStateTest(parameterized.TestCase):
       self.create_tempdir().full_path
     )
     asyncio.run(manager.save(state, version=3))
-    # Round 4 writes the store (over slots of earlier rounds), then "dies".
-    self._run(process, _COHORTS[3:4], state)
+    # Round 4 writes the store (over slots of earlier rounds), then "dies";
+    # the resumed round 4 samples other clients (unseeded sampling), whose
+    # rows the lost round had overwritten in their unread slots.
+    self._run(process, [[0, 3, 4]], state)
     resumed = _fedavg(_work(tff_aggregators.MemmapClientStore(directory)))
     loaded, version = asyncio.run(manager.load_latest(resumed.initialize()))
     self.assertEqual(version, 3)
@@ -224,6 +226,19 @@ class StoredClientStateTest(parameterized.TestCase):
     )
     with self.assertRaisesRegex(ValueError, "does not hold this run's rows"):
       self._run(empty, [[4]], state)
+
+  def test_a_second_round_from_the_same_state_leaves_the_first(self):
+    # In memory the rows are written in place; a second round from the same
+    # state must not change what the first round's state reads.
+    process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
+    s0, _ = self._run(process, _COHORTS[:2])
+    s1, _ = self._run(process, [[1, 3]], s0)
+    rows_s1 = np.array(_store_rows(None, s1)[0])
+    # A second round from s0, at another learning rate (so other rows).
+    hparams = process.get_hparams(s0)
+    hparams['client_work']['learning_rate'] = 0.05
+    self._run(process, [[1, 3, 0]], process.set_hparams(s0, hparams))
+    np.testing.assert_array_equal(_store_rows(None, s1)[0], rows_s1)
 
   def test_in_memory_state_round_trips_through_a_checkpoint(self):
     process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
@@ -371,6 +386,22 @@ class StoredClientStateTest(parameterized.TestCase):
       )
     with self.assertRaisesRegex(ValueError, 'with_client_ids'):
       process.next(process.initialize(), self.datasets[:1])
+    tagged_one_by_one = [
+      identified.attach_client_id(self.datasets[0], 1),
+      identified.attach_client_id(self.datasets[1], 1),
+    ]
+    with self.assertRaisesRegex(ValueError, 'more than once in the cohort'):
+      process.next(process.initialize(), tagged_one_by_one)
+    store = tff_aggregators.InMemoryClientStore()
+    with self.assertRaisesRegex(ValueError, 'pass two store objects'):
+      tff_aggregators.build_fedcda_process(
+        test_utils.tiny_model_fn,
+        tff.learning.optimizers.build_sgdm(_LR),
+        num_clients=_POPULATION,
+        max_clients=3,
+        history_store=store,
+        client_work=_work(store, with_loss_and_id=True),
+      )
     with self.assertRaisesRegex(TypeError, 'client_store must be a'):
       _work('memory')
     other = _fedavg(_work())  # Composed with a work without a store.

@@ -126,7 +126,9 @@ def build_fedcda_process(
       `OrderedDict(delta, loss, client_id)`, e.g. persistent client
       optimizer state: `build_stateful_client_work(..., with_loss_and_id=
       True, local_epochs=E)` (with a `client_store`, the process returned
-      is wrapped by `stored_client_state` as well).
+      is wrapped by `stored_client_state` as well). The client arguments
+      above (`client_optimizer_fn`, `client_weighting`, `local_epochs`, ...)
+      are then the given client work's own.
 
   Returns:
     A `tff.learning.templates.LearningProcess`, or a
@@ -171,6 +173,7 @@ def build_fedcda_process(
       local_epochs=local_epochs,
     )
   update_type = _check_client_work(client_work, builder)
+  _check_two_stores(history_store, client_work, builder)
   aggregator = collect.CollectAllFactory(max_clients).create(
     update_type, tff.TensorType(np.float32)
   )
@@ -225,6 +228,21 @@ def _check_client_work(client_work, builder: str) -> tff.Type:
       f'is {update_type}.'
     )
   return update_type
+
+
+def _check_two_stores(history_store, client_work, builder: str) -> None:
+  """Raises if the history and the client states would share a store."""
+  states = getattr(client_work, 'client_store', None)
+  if history_store is None or states is None:
+    return
+  stores = (history_store, states)
+  directories = {getattr(store, 'directory', None) for store in stores}
+  same_file = None not in directories and len(directories) == 1
+  if history_store is states or same_file:
+    raise ValueError(
+      f"{builder}: history_store and the client work's client_store hold "
+      'different rows: pass two store objects (two directories on disk).'
+    )
 
 
 def check_round(client_data, *, max_clients: int) -> None:

@@ -297,7 +297,7 @@ class FedCdaStoreProcess:
     (the store is updated then).
     """
     self._check_round(state, client_data)
-    self._store.check_once(state['stamps'], int(state['round']))
+    self._store.check_once(state['stamps'])
     weights = state['global_model_weights']
     collected = self._collect_round(
       weights, state['client_work'], state['aggregator'], client_data
@@ -349,11 +349,12 @@ class FedCdaStoreProcess:
     )
     ids, models, losses, part_weights = self._participants(w, collected)
     t = int(state['round'])
-    store = self._store.models(state['history'])
+    history = self._store.for_round(state['history'], t)
+    store = self._store.models(history)
     stamps = np.array(state['stamps'])
     stored_losses = np.array(state['losses'])
     selected = np.array(state['selected'])
-    self._store.check(ids, stamps[ids], t)
+    self._store.check(ids, stamps[ids])
     # The participants' old selections, before the cache write.
     old_slots = selected[ids]
     old_models = store[ids, np.maximum(old_slots, 0)]
@@ -362,11 +363,11 @@ class FedCdaStoreProcess:
     if self._options.divergence == 'tensorwise_norm':
       others = np.nonzero(selected >= 0)[0]
       others = others[~np.isin(others, ids)]
-      self._store.check(others, stamps[others], t)
+      self._store.check(others, stamps[others])
       fixed_models = store[others, selected[others]]
     # The new model goes into an empty slot, else the oldest: never a
     # candidate nor a selection (K+1 slots).
-    slots = np.argmin(stamps[ids], axis=1).astype(np.int32)
+    slots = client_store.write_slots(stamps[ids])
     store[ids, slots] = models
     self._store.wrote(ids, slots, t)
     stored_losses[ids, slots] = losses
@@ -408,7 +409,7 @@ class FedCdaStoreProcess:
       client_work=work_state,
       aggregator=aggregator_state,
       round=np.int32(t + 1),
-      history=state['history'],
+      history=history,
       losses=stored_losses,
       stamps=stamps,
       selected=selected,

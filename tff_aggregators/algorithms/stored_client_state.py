@@ -44,11 +44,19 @@ _NUM_SLOTS = 2
 
 
 def cohort_ids(client_data: list[tf.data.Dataset]) -> np.ndarray:
-  """The client id in each dataset's first element; -1 if it is empty."""
+  """Each dataset's client id; -1 for an empty dataset.
+
+  The id `with_client_ids` tagged the dataset object with, else the one in
+  its first element (which reads the data up to it: a shuffled dataset
+  fills its shuffle buffer first).
+  """
   ids = []
   for dataset in client_data:
-    first = [e[identified.CLIENT_ID] for e in dataset.take(1)]
-    ids.append(int(first[0]) if first else identified.NO_ID)
+    tagged = identified.tagged_client_id(dataset)
+    if tagged is None:
+      first = [e[identified.CLIENT_ID] for e in dataset.take(1)]
+      tagged = int(first[0]) if first else identified.NO_ID
+    ids.append(tagged)
   return np.array(ids, np.int32)
 
 
@@ -114,7 +122,7 @@ class ClientStateStoreProcess:
     checks.check_cohort_size(client_data, self._work.max_clients, builder)
     ids = cohort_ids(client_data)
     self._check_ids(ids)
-    self._store.check_once(state['stamps'], int(state['round']))
+    self._store.check_once(state['stamps'])
     inner = state['process']
     inner = _with_work_state(
       inner, self._cohort_table(state, ids, _work_state(inner))
@@ -125,6 +133,7 @@ class ClientStateStoreProcess:
     )
 
   def _check_ids(self, ids: np.ndarray) -> None:
+    """Raises on an id outside the population or repeated in the cohort."""
     outside = ids[(ids != identified.NO_ID) & (ids >= self._work.num_clients)]
     if outside.size or np.any(ids < identified.NO_ID):
       raise ValueError(
@@ -132,6 +141,9 @@ class ClientStateStoreProcess:
         f'num_clients={self._work.num_clients}); pass '
         'tff_aggregators.with_client_ids(datasets, ids) with ids in range.'
       )
+    identified.check_client_ids(
+      [int(i) for i in ids if i != identified.NO_ID], self._work.num_clients
+    )
 
   def _cohort_table(self, state, ids, work_state):
     """The client work state with the cohort's rows from the store."""
@@ -147,7 +159,7 @@ class ClientStateStoreProcess:
     readable = np.nonzero(has_state)[0]
     if readable.size:
       clients = row_ids[readable]
-      self._store.check(clients, stamps[clients], int(state['round']))
+      self._store.check(clients, stamps[clients])
       flat[readable] = rows[clients, stamps[clients].argmax(axis=1)]
     work_state = collections.OrderedDict(work_state)
     work_state[stateful.CLIENT_STATES] = self._unflatten(flat)
@@ -173,9 +185,10 @@ class ClientStateStoreProcess:
     clients = row_ids[written]
     stamps = np.array(state['stamps'])
     t = int(state['round'])
-    rows = self._store.models(state['rows'])
-    self._store.check(clients, stamps[clients], t)
-    slots = stamps[clients].argmin(axis=1).astype(np.int32)
+    state_rows = self._store.for_round(state['rows'], t)
+    rows = self._store.models(state_rows)
+    self._store.check(clients, stamps[clients])
+    slots = client_store.write_slots(stamps[clients])
     rows[clients, slots] = np.concatenate(
       [
         np.reshape(np.asarray(leaf, np.float32)[written], [clients.size, -1])
@@ -190,7 +203,7 @@ class ClientStateStoreProcess:
       process=output.state,
       round=np.int32(t + 1),
       stamps=stamps,
-      rows=state['rows'],
+      rows=state_rows,
     )
     return tff.learning.templates.LearningProcessOutput(
       new_state, _with_count(output.metrics, stamps)

@@ -51,18 +51,31 @@ DELTA = 'delta'
 LOSS = 'loss'
 MAX_CLIENT_ID = 2**24  # Ids travel as float32 in the update.
 NO_ID = -1  # What an empty dataset reports.
+_ID_ATTRIBUTE = '_tff_aggregators_client_id'
 
 
 def attach_client_id(
   dataset: tf.data.Dataset, client_id: int
 ) -> tf.data.Dataset:
-  """`dataset`, each element as `OrderedDict(data=element, client_id=id)`."""
+  """`dataset`, each element as `OrderedDict(data=element, client_id=id)`.
+
+  The returned dataset object also carries the id as a Python attribute
+  (`tagged_client_id` reads it), so a driver can learn a cohort's ids
+  without reading the data.
+  """
   ids = tf.data.Dataset.from_tensors(np.int32(client_id)).repeat()
-  return tf.data.Dataset.zip((dataset, ids)).map(
+  tagged = tf.data.Dataset.zip((dataset, ids)).map(
     lambda element, i: collections.OrderedDict(
       [(DATA, element), (CLIENT_ID, i)]
     )
   )
+  setattr(tagged, _ID_ATTRIBUTE, int(client_id))
+  return tagged
+
+
+def tagged_client_id(dataset: tf.data.Dataset) -> Optional[int]:
+  """The id `attach_client_id` gave this dataset object, if it did."""
+  return getattr(dataset, _ID_ATTRIBUTE, None)
 
 
 def check_client_ids(

@@ -60,18 +60,24 @@ class ClientStore:
     """The array to read and write, given the state's rows entry."""
     raise NotImplementedError
 
-  def check(self, ids: np.ndarray, stamps: np.ndarray, round_num: int) -> None:
+  def check(self, ids: np.ndarray, stamps: np.ndarray) -> None:
     """Raises if the store's slots of `ids` are not those of `stamps`.
 
-    A slot may also hold round `round_num`'s row: a write of this round
-    that an interrupted run made before its checkpoint (the state never
-    reads it, and this round overwrites it).
+    Except each client's write slot (its oldest or an empty one,
+    `write_slots`), which the state never reads: a run interrupted after a
+    round's write and before its checkpoint left a newer row there, and
+    the re-run round (whatever its cohort) writes there again.
     """
+
+  def for_round(self, state_models: np.ndarray, round_num: int) -> Any:
+    """The state's rows entry a round at `round_num` may write into."""
+    del round_num
+    return state_models
 
   def wrote(self, ids: np.ndarray, slots: np.ndarray, round_num: int) -> None:
     """Records that `slots` of `ids` now hold round `round_num`'s rows."""
 
-  def check_once(self, stamps: np.ndarray, round_num: int) -> None:
+  def check_once(self, stamps: np.ndarray) -> None:
     """`check` over every client, the first time a driver calls it.
 
     Called before a process's first round, so a store that does not belong
@@ -79,7 +85,7 @@ class ClientStore:
     once rather than when one of its clients is sampled again.
     """
     if not getattr(self, '_checked_once', False):
-      self.check(np.arange(len(stamps)), np.asarray(stamps), round_num)
+      self.check(np.arange(len(stamps)), np.asarray(stamps))
       self._checked_once = True
 
   @property
@@ -104,6 +110,7 @@ class InMemoryClientStore(ClientStore):
   def __init__(self, max_bytes: int = DEFAULT_MAX_MEMORY_BYTES):
     self._max_bytes = max_bytes
     self._shape = None
+    self._last_write = (None, -1)  # The array a round wrote into, its round.
 
   def open(self, num_clients, num_slots, size, what=''):
     what = what or self.what
@@ -124,6 +131,19 @@ class InMemoryClientStore(ClientStore):
   def models(self, state_models):
     return state_models
 
+  def for_round(self, state_models, round_num):
+    """`state_models`, or a copy of it when it is not the run's newest.
+
+    Rounds write in place (no copy of N x slots x D per round). A round
+    from an older state that shares the array (`next(s0)` twice) would
+    overwrite what the newer state reads, so then the array is copied.
+    """
+    array, written = self._last_write
+    if state_models is array and round_num != written + 1:
+      state_models = np.array(state_models)
+    self._last_write = (state_models, round_num)
+    return state_models
+
 
 class MemmapClientStore(ClientStore):
   """The rows in a memory-mapped file under `directory` (sparse on disk).
@@ -138,14 +158,33 @@ class MemmapClientStore(ClientStore):
     self._directory = directory
     self._models = None
     self._stamps = None
+    self._pending = None
     self._what = self.what
 
   @property
   def in_state(self):
     return False
 
+  @property
+  def directory(self) -> str:
+    return self._directory
+
   def open(self, num_clients, num_slots, size, what=''):
-    self._what = what = what or self.what
+    """Records the shape; the files are opened at first use.
+
+    So a binary can build its process before it clears an old run from
+    its output directory (`--overwrite`).
+    """
+    self._what = what or self.what
+    self._pending = (num_clients, num_slots, size)
+    self._models = None
+
+  def _ensure_open(self) -> None:
+    if self._models is None:
+      self._open_files(*self._pending)
+
+  def _open_files(self, num_clients, num_slots, size):
+    what = self._what
     os.makedirs(self._directory, exist_ok=True)
     shape = [num_clients, num_slots, size]
     shape_path = os.path.join(self._directory, 'shape.json')
@@ -180,15 +219,19 @@ class MemmapClientStore(ClientStore):
       os.replace(temporary, shape_path)
 
   def initial_models(self):
+    self._ensure_open()
     return np.zeros([0], np.float32)  # The rows stay on disk.
 
   def models(self, state_models):
     del state_models
+    self._ensure_open()
     return self._models
 
-  def check(self, ids, stamps, round_num):
+  def check(self, ids, stamps):
+    self._ensure_open()
     found = self._stamps[ids]
-    stale = np.logical_and(found != stamps, found != round_num)
+    stale = found != stamps
+    stale[np.arange(len(ids)), write_slots(stamps)] = False
     behind = np.logical_and(stale, found < stamps)
     for mask, problem, fix in (
       (
@@ -215,6 +258,7 @@ class MemmapClientStore(ClientStore):
         )
 
   def wrote(self, ids, slots, round_num):
+    self._ensure_open()
     self._models.flush()  # Data before the stamps that vouch for it.
     self._stamps[ids, slots] = round_num
     self._stamps.flush()
@@ -251,6 +295,15 @@ def _warn_disk(directory: str, worst: int, what: str) -> None:
       worst / 2**30,
       free / 2**30,
     )
+
+
+def write_slots(stamps: np.ndarray) -> np.ndarray:
+  """Each client's slot a round writes: an empty one, else its oldest.
+
+  Args:
+    stamps: int32 [clients, slots], each slot's round (-1: empty).
+  """
+  return np.argmin(stamps, axis=1).astype(np.int32)
 
 
 def check_store(store: Optional[ClientStore], argument: str) -> None:
