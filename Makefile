@@ -31,6 +31,7 @@ benchmarks: setup
 	bazel run //benchmarks:collect_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
 	bazel run //benchmarks:round_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
 	bazel run //benchmarks:server_step_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
+	bazel run //benchmarks:client_state_benchmark -- --benchmark_output_dir=$(CURDIR)/benchmarks/results
 
 clean:
 	bazel clean
