@@ -181,7 +181,6 @@ class ClientStateStoreProcess:
     work_state = _work_state(output.state)
     row_ids = np.asarray(work_state[stateful.ROW_IDS])
     written = np.asarray(work_state[stateful.HAS_STATE]) & (row_ids >= 0)
-    written &= _first_occurrence(row_ids)
     clients = row_ids[written]
     stamps = np.array(state['stamps'])
     t = int(state['round'])
@@ -208,14 +207,6 @@ class ClientStateStoreProcess:
     return tff.learning.templates.LearningProcessOutput(
       new_state, _with_count(output.metrics, stamps)
     )
-
-
-def _first_occurrence(ids: np.ndarray) -> np.ndarray:
-  """True where an id appears for the first time (a repeated id's row is
-  the first one's, which the clients read and wrote)."""
-  first = np.zeros(ids.shape, bool)
-  first[np.unique(ids, return_index=True)[1]] = True
-  return first
 
 
 def _with_count(metrics, stamps):
