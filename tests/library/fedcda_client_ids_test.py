@@ -209,6 +209,20 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     self.assertEqual(got.update_weight, want.update_weight)
     self.assertEqual(got.update['client_id'], 3.0)
 
+  def test_refuses_a_dataset_with_two_ids(self):
+    work = identified.build_identified_client_work(
+      test_utils.tiny_model_fn, _OPTIMIZER
+    )
+    weights = tf.nest.map_structure(
+      lambda v: v.numpy(),
+      tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()),
+    )
+    two_ids = identified.attach_client_id(self.datasets[0], 2).concatenate(
+      identified.attach_client_id(self.datasets[1], 3)
+    )
+    with self.assertRaisesRegex(Exception, 'more than one client id'):
+      work.next(work.initialize(), [weights], [two_ids])
+
   def test_empty_client_reports_no_id_and_no_weight(self):
     work = identified.build_identified_client_work(
       test_utils.tiny_model_fn, _OPTIMIZER

@@ -14,6 +14,7 @@ import tensorflow_federated as tff
 
 import tff_aggregators
 from tff_aggregators import runtime
+from tff_aggregators.client_works import identified
 from tff_aggregators.client_works import stateful
 from tests import numpy_references
 from tests import test_utils
@@ -296,6 +297,14 @@ class StatefulClientWorkTest(absltest.TestCase):
     data = tff_aggregators.with_client_ids(self.datasets[:1], [_POPULATION])
     with self.assertRaisesRegex(Exception, r'outside \[0, num_clients=5\)'):
       self.process.next(self.process.initialize(), data)
+
+  def test_a_round_refuses_a_dataset_with_two_ids(self):
+    # Unchecked, client 0's state would be read and client 1's row written.
+    two_ids = identified.attach_client_id(self.datasets[0], 0).concatenate(
+      identified.attach_client_id(self.datasets[1], 1)
+    )
+    with self.assertRaisesRegex(Exception, 'more than one client id'):
+      self.process.next(self.process.initialize(), [two_ids])
 
   def test_adam_keeps_its_moments_and_step_count_iterator_loop(self):
     work = stateful.build_stateful_client_work(

@@ -18,6 +18,7 @@ import tensorflow_federated as tff
 from tff_aggregators.algorithms import checks
 from tff_aggregators.algorithms import stored_client_state
 from tff_aggregators.client_works import proximal
+from tff_aggregators.client_works import stateful
 
 
 def initial_model_weights_fn(
@@ -43,15 +44,19 @@ def model_delta_client_work(
     tff.learning.LoopImplementation.DATASET_REDUCE
   ),
   client_work: Optional[tff.learning.templates.ClientWorkProcess] = None,
+  max_clients: Optional[int] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
   """TFF's model-delta client work; FedProx's when `proximal_strength > 0`.
 
   Both have the client optimizer's hyperparameters as their state. A given
-  `client_work` is returned instead (checked: a `ClientWorkProcess`, and no
-  `proximal_strength`, whose term is inside FedProx's client work).
+  `client_work` is returned instead (`check_client_work`: a
+  `ClientWorkProcess`, no `proximal_strength`, whose term is inside
+  FedProx's client work, and the builder's `max_clients` if it has one).
   """
   if client_work is not None:
-    return check_client_work(client_work, proximal_strength)
+    return check_client_work(
+      client_work, proximal_strength, max_clients=max_clients
+    )
   if proximal_strength:  # A negative one is refused there.
     return proximal.build_proximal_client_work(
       model_fn,
@@ -73,8 +78,22 @@ def model_delta_client_work(
 def check_client_work(
   client_work: tff.learning.templates.ClientWorkProcess,
   proximal_strength: float = 0.0,
+  *,
+  num_clients: Optional[int] = None,
+  max_clients: Optional[int] = None,
 ) -> tff.learning.templates.ClientWorkProcess:
-  """`client_work`, if it can replace a builder's own client work."""
+  """`client_work`, if it can replace a builder's own client work.
+
+  Args:
+    client_work: The client work given to a builder.
+    proximal_strength: The builder's; positive is refused (FedProx's term
+      lives in its own client work).
+    num_clients: The builder's population, if it has one: a stateful client
+      work must have been built for the same.
+    max_clients: The builder's largest cohort, if it has one: a stateful
+      client work's must be the same (its table and the builder's
+      collection hold that many clients).
+  """
   if not isinstance(client_work, tff.learning.templates.ClientWorkProcess):
     raise TypeError(
       'client_work must be a tff.learning.templates.ClientWorkProcess, got '
@@ -85,6 +104,18 @@ def check_client_work(
       f"proximal_strength={proximal_strength} needs FedProx's client work; "
       'it does not combine with a given client_work.'
     )
+  if isinstance(client_work, stateful.StatefulClientWork):
+    for name, value in (
+      ('num_clients', num_clients),
+      ('max_clients', max_clients),
+    ):
+      built_for = getattr(client_work, name)
+      if value is not None and value != built_for:
+        raise ValueError(
+          f"{name}={value} differs from the client work's ({built_for}, "
+          'given to build_stateful_client_work): pass the same value to '
+          'both.'
+        )
   return client_work
 
 

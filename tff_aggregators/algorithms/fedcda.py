@@ -172,7 +172,9 @@ def build_fedcda_process(
       loop_implementation=loop_implementation,
       local_epochs=local_epochs,
     )
-  update_type = _check_client_work(client_work, builder)
+  update_type = _check_client_work(
+    client_work, builder, num_clients=num_clients, max_clients=max_clients
+  )
   _check_two_stores(history_store, client_work, builder)
   aggregator = collect.CollectAllFactory(max_clients).create(
     update_type, tff.TensorType(np.float32)
@@ -211,9 +213,16 @@ def build_fedcda_process(
   )
 
 
-def _check_client_work(client_work, builder: str) -> tff.Type:
+def _check_client_work(
+  client_work, builder: str, *, num_clients: int, max_clients: int
+) -> tff.Type:
   """The update type of a client work FedCDA can take; raises otherwise."""
-  client_works.check_client_work(client_work)
+  try:
+    client_works.check_client_work(
+      client_work, num_clients=num_clients, max_clients=max_clients
+    )
+  except ValueError as e:
+    raise ValueError(f'{builder}: {e}') from e
   update_type = client_work.next.type_signature.result.result.member.update
   names = (
     tff.structure.name_list(update_type)

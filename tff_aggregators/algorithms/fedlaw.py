@@ -103,6 +103,7 @@ def build_fedlaw_process(
     metrics_aggregator=metrics_aggregator,
     loop_implementation=loop_implementation,
     client_work=client_work,
+    max_clients=max_clients,
   )
   aggregator = collect.CollectAllFactory(max_clients).create(
     model_weights_type.trainable, tff.TensorType(np.float32)

@@ -316,6 +316,29 @@ def batch_examples(output) -> tf.Tensor:
   return tf.cast(output.num_examples, tf.int64)
 
 
+def one_client_id(carried_id: tf.Tensor, element_id: tf.Tensor) -> tf.Tensor:
+  """`element_id`, checked (in the graph) against the id carried so far.
+
+  A client's elements must all carry its one id (`NO_ID` before the first
+  element): a dataset with two ids would read one client's state and report
+  under another's id, so the round fails instead.
+  """
+  check = tf.debugging.Assert(
+    tf.logical_or(
+      tf.equal(carried_id, NO_ID), tf.equal(carried_id, element_id)
+    ),
+    [
+      "a client's dataset carries more than one client id (first, then):",
+      carried_id,
+      element_id,
+      'give each client its own dataset with tff_aggregators.'
+      'with_client_ids(datasets, ids).',
+    ],
+  )
+  with tf.control_dependencies([check]):
+    return tf.identity(element_id)
+
+
 def start_weights(model, initial_weights) -> tff.learning.models.ModelWeights:
   """The model's weights (variables), set to `initial_weights`."""
   weights = tff.learning.models.ModelWeights.from_model(model)
@@ -374,7 +397,7 @@ def _build_training(
       index = sizes.size()
       return (
         num_examples + n,
-        element[CLIENT_ID],
+        one_client_id(client_id, element[CLIENT_ID]),
         sizes.write(index, tf.cast(n, tf.float64)),
         losses.write(index, tf.cast(output.loss, tf.float64)),
         optimizer_state,

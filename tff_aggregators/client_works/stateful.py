@@ -271,7 +271,8 @@ def build_stateful_client_work(
     state is `OrderedDict(hparams, client_states, has_state)` (plus
     `row_ids` with a `client_store`) and whose measurements are
     `OrderedDict(train, client_states=OrderedDict(rows_written,
-    clients_with_state))`. With a `client_store`, a `StoredStateClientWork`.
+    clients_with_state))`: a `StatefulClientWork`, a
+    `StoredStateClientWork` with a `client_store`.
 
   Raises:
     TypeError: On a bad model_fn, optimizer or client_weighting.
@@ -340,7 +341,9 @@ def build_stateful_client_work(
     loss_report=(local_epochs,) if with_loss_and_id else None,
   )
   if client_store is None:
-    return process
+    return StatefulClientWork(
+      process, num_clients=num_clients, max_clients=max_clients
+    )
   return StoredStateClientWork(
     process,
     client_store=client_store,
@@ -350,7 +353,35 @@ def build_stateful_client_work(
   )
 
 
-class StoredStateClientWork(tff.learning.templates.ClientWorkProcess):
+class StatefulClientWork(tff.learning.templates.ClientWorkProcess):
+  """`build_stateful_client_work`'s process, with the counts it was built for.
+
+  The builders taking a `client_work` compare their own `num_clients` and
+  `max_clients` with these before composing.
+
+  Attributes:
+    num_clients: The population N (client ids are in [0, N)).
+    max_clients: The largest cohort of a round.
+  """
+
+  def __init__(
+    self,
+    process: tff.learning.templates.ClientWorkProcess,
+    *,
+    num_clients: int,
+    max_clients: int,
+  ):
+    super().__init__(
+      process.initialize,
+      process.next,
+      get_hparams_fn=process.get_hparams,
+      set_hparams_fn=process.set_hparams,
+    )
+    self.num_clients = num_clients
+    self.max_clients = max_clients
+
+
+class StoredStateClientWork(StatefulClientWork):
   """The stateful client work whose client states live in a `ClientStore`.
 
   Its TFF state holds the cohort's rows only (`row_ids`, `client_states`,
@@ -374,15 +405,8 @@ class StoredStateClientWork(tff.learning.templates.ClientWorkProcess):
     max_clients: int,
     leaf_specs: list[tf.TensorSpec],
   ):
-    super().__init__(
-      process.initialize,
-      process.next,
-      get_hparams_fn=process.get_hparams,
-      set_hparams_fn=process.set_hparams,
-    )
+    super().__init__(process, num_clients=num_clients, max_clients=max_clients)
     self.client_store = client_store
-    self.num_clients = num_clients
-    self.max_clients = max_clients
     self.leaf_specs = leaf_specs
 
 
@@ -649,7 +673,7 @@ def _build_training(
       n = identified.batch_examples(output)
       return (
         num_examples + n,
-        element[identified.CLIENT_ID],
+        identified.one_client_id(client_id, element[identified.CLIENT_ID]),
         optimizer_state,
         sizes.write(sizes.size(), tf.cast(n, tf.float64)),
         losses.write(losses.size(), tf.cast(output.loss, tf.float64)),
