@@ -215,6 +215,10 @@ class StoredClientStateTest(parameterized.TestCase):
     self._run(process, _COHORTS[1:4], first)  # The file moves on.
     with self.assertRaisesRegex(ValueError, 'has moved past the process'):
       self._run(process, _COHORTS[1:2], first)
+    # Also when the round samples only clients the file has not moved for
+    # (client 4 was never sampled): every round checks every client.
+    with self.assertRaisesRegex(ValueError, 'has moved past the process'):
+      self._run(process, [[4]], first)
     # Another (here empty) directory under a state that has rows: refused
     # at the first round, whichever clients it samples.
     process = _fedavg(

@@ -297,7 +297,7 @@ class FedCdaStoreProcess:
     (the store is updated then).
     """
     self._check_round(state, client_data)
-    self._store.check_once(state['stamps'])
+    self._store.check_all(state['stamps'])
     weights = state['global_model_weights']
     collected = self._collect_round(
       weights, state['client_work'], state['aggregator'], client_data

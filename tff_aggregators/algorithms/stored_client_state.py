@@ -122,7 +122,7 @@ class ClientStateStoreProcess:
     checks.check_cohort_size(client_data, self._work.max_clients, builder)
     ids = cohort_ids(client_data)
     self._check_ids(ids)
-    self._store.check_once(state['stamps'])
+    self._store.check_all(state['stamps'])
     inner = state['process']
     inner = _with_work_state(
       inner, self._cohort_table(state, ids, _work_state(inner))

@@ -77,16 +77,15 @@ class ClientStore:
   def wrote(self, ids: np.ndarray, slots: np.ndarray, round_num: int) -> None:
     """Records that `slots` of `ids` now hold round `round_num`'s rows."""
 
-  def check_once(self, stamps: np.ndarray) -> None:
-    """`check` over every client, the first time a driver calls it.
+  def check_all(self, stamps: np.ndarray) -> None:
+    """`check` over every client; a driver calls it before each round.
 
-    Called before a process's first round, so a store that does not belong
-    to the state (another run's directory, an emptied one) is refused at
-    once rather than when one of its clients is sampled again.
+    So a store that does not belong to the state (another run's directory,
+    an emptied one, a state older than the store's last round) is refused
+    before the round, whichever clients it samples. O(N x slots) integer
+    comparisons: a few milliseconds for 100,000 clients.
     """
-    if not getattr(self, '_checked_once', False):
-      self.check(np.arange(len(stamps)), np.asarray(stamps))
-      self._checked_once = True
+    self.check(np.arange(len(stamps)), np.asarray(stamps))
 
   @property
   def in_state(self) -> bool:
