@@ -381,33 +381,28 @@ class StoredClientStateTest(parameterized.TestCase):
         client_work=_work(),
       )
 
-  @parameterized.named_parameters(('in_state', None), ('in_memory', 'memory'))
-  def test_builders_refuse_other_counts_than_the_client_work(self, store):
-    def work(**kwargs):
-      client_store = tff_aggregators.InMemoryClientStore() if store else None
-      return _work(client_store, **kwargs)  # Built for 5 clients, 3 a round.
-
+  def test_builders_refuse_other_counts_than_the_client_work(self):
+    # The works are built for 5 clients and 3 a round.
     sgd = tff.learning.optimizers.build_sgdm(_LR)
-    with self.assertRaisesRegex(
-      ValueError,
-      r'^build_fedcda_process: num_clients=6 differs from the client '
-      r"work's \(5, given to build_stateful_client_work\)",
+    cda = dict(with_loss_and_id=True)
+    for work, counts, message in (
+      (
+        _work(**cda),
+        dict(num_clients=6, max_clients=3),
+        r'^build_fedcda_process: num_clients=6 differs from the client '
+        r"work's \(5, given to build_stateful_client_work\)",
+      ),
+      (
+        _work(tff_aggregators.InMemoryClientStore(), **cda),
+        dict(num_clients=_POPULATION, max_clients=2),
+        r"max_clients=2 differs from the client work's \(3,",
+      ),
     ):
-      tff_aggregators.build_fedcda_process(
-        test_utils.tiny_model_fn,
-        sgd,
-        num_clients=6,
-        max_clients=3,
-        client_work=work(with_loss_and_id=True),
-      )
-    with self.assertRaisesRegex(ValueError, r'max_clients=2 differs .*\(3,'):
-      tff_aggregators.build_fedcda_process(
-        test_utils.tiny_model_fn,
-        sgd,
-        num_clients=_POPULATION,
-        max_clients=2,
-        client_work=work(with_loss_and_id=True),
-      )
+      with self.assertRaisesRegex(ValueError, message):
+        tff_aggregators.build_fedcda_process(
+          test_utils.tiny_model_fn, sgd, client_work=work, **counts
+        )
+    work = _work()
     proxy = (np.zeros((4, 3), np.float32), np.zeros(4, np.int64))
     for builder, extra in (
       (tff_aggregators.build_fedlaw_process, dict(proxy_data=proxy)),
@@ -418,7 +413,7 @@ class StoredClientStateTest(parameterized.TestCase):
           test_utils.tiny_model_fn,
           sgd,
           max_clients=4,
-          client_work=work(),
+          client_work=work,
           **extra,
         )
 
