@@ -50,6 +50,18 @@ def _seen(state):
   )
 
 
+def _work_and_weights():
+  """The tiny model's identified client work and its initial weights."""
+  work = identified.build_identified_client_work(
+    test_utils.tiny_model_fn, _OPTIMIZER
+  )
+  weights = tf.nest.map_structure(
+    lambda v: v.numpy(),
+    tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()),
+  )
+  return work, weights
+
+
 class FedCdaClientIdsTest(parameterized.TestCase):
   def setUp(self):
     super().setUp()
@@ -210,13 +222,7 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     self.assertEqual(got.update['client_id'], 3.0)
 
   def test_refuses_a_dataset_with_two_ids(self):
-    work = identified.build_identified_client_work(
-      test_utils.tiny_model_fn, _OPTIMIZER
-    )
-    weights = tf.nest.map_structure(
-      lambda v: v.numpy(),
-      tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()),
-    )
+    work, weights = _work_and_weights()
     two_ids = identified.attach_client_id(self.datasets[0], 2).concatenate(
       identified.attach_client_id(self.datasets[1], 3)
     )
@@ -224,13 +230,7 @@ class FedCdaClientIdsTest(parameterized.TestCase):
       work.next(work.initialize(), [weights], [two_ids])
 
   def test_empty_client_reports_no_id_and_no_weight(self):
-    work = identified.build_identified_client_work(
-      test_utils.tiny_model_fn, _OPTIMIZER
-    )
-    weights = tf.nest.map_structure(
-      lambda v: v.numpy(),
-      tff.learning.models.ModelWeights.from_model(test_utils.tiny_model_fn()),
-    )
+    work, weights = _work_and_weights()
     empty = self.datasets[0].take(0)
     output = work.next(
       work.initialize(),

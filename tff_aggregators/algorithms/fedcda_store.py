@@ -354,7 +354,6 @@ class FedCdaStoreProcess:
     stamps = np.array(state['stamps'])
     stored_losses = np.array(state['losses'])
     selected = np.array(state['selected'])
-    self._store.check(ids, stamps[ids])
     # The participants' old selections, before the cache write.
     old_slots = selected[ids]
     old_models = store[ids, np.maximum(old_slots, 0)]
@@ -363,7 +362,6 @@ class FedCdaStoreProcess:
     if self._options.divergence == 'tensorwise_norm':
       others = np.nonzero(selected >= 0)[0]
       others = others[~np.isin(others, ids)]
-      self._store.check(others, stamps[others])
       fixed_models = store[others, selected[others]]
     # The new model goes into an empty slot, else the oldest: never a
     # candidate nor a selection (K+1 slots).

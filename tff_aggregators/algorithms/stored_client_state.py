@@ -159,7 +159,6 @@ class ClientStateStoreProcess:
     readable = np.nonzero(has_state)[0]
     if readable.size:
       clients = row_ids[readable]
-      self._store.check(clients, stamps[clients])
       flat[readable] = rows[clients, stamps[clients].argmax(axis=1)]
     work_state = collections.OrderedDict(work_state)
     work_state[stateful.CLIENT_STATES] = self._unflatten(flat)
@@ -186,7 +185,6 @@ class ClientStateStoreProcess:
     t = int(state['round'])
     state_rows = self._store.for_round(state['rows'], t)
     rows = self._store.models(state_rows)
-    self._store.check(clients, stamps[clients])
     slots = client_store.write_slots(stamps[clients])
     rows[clients, slots] = np.concatenate(
       [
