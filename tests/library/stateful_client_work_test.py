@@ -306,6 +306,50 @@ class StatefulClientWorkTest(absltest.TestCase):
     with self.assertRaisesRegex(Exception, 'more than one client id'):
       self.process.next(self.process.initialize(), [two_ids])
 
+  def test_wrapped_processes_refuse_bad_cohorts_in_python(self):
+    # Unwrapped, TFF fails later: a serialization TypeError without ids, a
+    # worker assertion for the other two.
+    work = stateful.build_stateful_client_work(
+      test_utils.tiny_model_fn,
+      tff.learning.optimizers.build_sgdm(_LR, momentum=_MOMENTUM),
+      num_clients=_POPULATION,
+      max_clients=3,
+    )
+    processes = (
+      tff_aggregators.with_client_store(_compose(work), work),
+      tff_aggregators.build_fedlws_process(
+        test_utils.tiny_model_fn,
+        tff.learning.optimizers.build_sgdm(_LR),
+        client_work=work,
+      ),
+    )
+    cases = (
+      (self.datasets[:2], "needs each client's id in its data"),
+      (
+        _identified(self.datasets, [0, 1, 2, 3]),
+        'more than max_clients=3 given to build_stateful_client_work',
+      ),
+      (
+        tff_aggregators.with_client_ids(self.datasets[:1], [_POPULATION]),
+        r'not all in \[0, num_clients=5\) given to build_stateful',
+      ),
+    )
+    for process in processes:
+      self.assertIsInstance(process, tff.learning.templates.LearningProcess)
+      state = process.initialize()
+      for data, message in cases:
+        with self.assertRaisesRegex(ValueError, message):
+          process.next(state, data)
+
+  def test_refuses_more_clients_a_round_than_the_population(self):
+    with self.assertRaisesRegex(ValueError, 'max_clients=6 is more than'):
+      stateful.build_stateful_client_work(
+        test_utils.tiny_model_fn,
+        tff.learning.optimizers.build_sgdm(_LR, momentum=_MOMENTUM),
+        num_clients=_POPULATION,
+        max_clients=_POPULATION + 1,
+      )
+
   def test_adam_keeps_its_moments_and_step_count_iterator_loop(self):
     work = stateful.build_stateful_client_work(
       test_utils.tiny_model_fn,

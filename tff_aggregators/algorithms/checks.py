@@ -97,11 +97,23 @@ class _CheckedLearningProcess(tff.learning.templates.LearningProcess):
       get_hparams_fn=process.get_hparams,
       set_hparams_fn=process.set_hparams,
     )
+    self._unchecked = process
+    self._check = check
     self._checked_next = _CheckedNext(process.next, check)
 
   @property
   def next(self):
     return self._checked_next
+
+  def with_check(self, check: Callable[[Any], None]):
+    """The unchecked process, checked by this process's check, then `check`."""
+    first = self._check
+
+    def both(client_data):
+      first(client_data)
+      check(client_data)
+
+    return _CheckedLearningProcess(self._unchecked, both)
 
 
 def with_round_check(
@@ -115,6 +127,8 @@ def with_round_check(
   """
   if not isinstance(process, tff.learning.templates.LearningProcess):
     return _CheckedDriverProcess(process, check)
+  if isinstance(process, _CheckedLearningProcess):
+    return process.with_check(check)
   return _CheckedLearningProcess(process, check)
 
 

@@ -77,8 +77,9 @@ def build_fedglad_process(
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
     client_work: Replaces the clients' model-delta client work (e.g.
-      `build_stateful_client_work`); None: TFF's (FedProx's with
-      `proximal_strength`).
+      `build_stateful_client_work`, which carries its own optimizer: the
+      client optimizer argument is then unused); None: TFF's (FedProx's
+      with `proximal_strength`).
 
   Returns:
     A `tff.learning.templates.LearningProcess`; with a `client_work` built

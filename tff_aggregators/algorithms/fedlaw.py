@@ -60,8 +60,9 @@ def build_fedlaw_process(
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
     client_work: Replaces the clients' model-delta client work (e.g.
-      `build_stateful_client_work`); None: TFF's (FedProx's with
-      `proximal_strength`).
+      `build_stateful_client_work`, which carries its own optimizer: the
+      client optimizer argument is then unused); None: TFF's (FedProx's
+      with `proximal_strength`).
     variant: A `tff_aggregators.FedLawVariant` or its string: 'fedlaw',
       'gamma', 'lambda', 'swa' or 'fixed_gamma'.
     server_epochs: Server epochs over the proxy set per round.

@@ -65,8 +65,9 @@ def build_fedlws_process(
     metrics_aggregator: As in `build_weighted_fed_avg`.
     loop_implementation: As in `build_weighted_fed_avg`.
     client_work: Replaces the clients' model-delta client work (e.g.
-      `build_stateful_client_work`); None: TFF's (FedProx's with
-      `proximal_strength`).
+      `build_stateful_client_work`, which carries its own optimizer: the
+      client optimizer argument is then unused); None: TFF's (FedProx's
+      with `proximal_strength`).
     proximal_strength: FedProx's mu on the clients; 0 is FedAvg.
     beta: Scale of tau (Eq. 8): 0.1 for CNNs/MLPs, 0.01 for ResNets in the
       paper (safe range 0.001-0.1); 0 is the base method.

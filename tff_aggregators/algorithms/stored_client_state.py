@@ -43,21 +43,66 @@ _WHAT = 'the client optimizer states'
 _NUM_SLOTS = 2
 
 
-def cohort_ids(client_data: list[tf.data.Dataset]) -> np.ndarray:
+def cohort_ids(
+  client_data: list[tf.data.Dataset], read_untagged: bool = True
+) -> np.ndarray:
   """Each dataset's client id; -1 for an empty dataset.
 
   The id `with_client_ids` tagged the dataset object with, else the one in
   its first element (which reads the data up to it: a shuffled dataset
-  fills its shuffle buffer first).
+  fills its shuffle buffer first); -1 for an untagged dataset when not
+  `read_untagged`.
   """
   ids = []
   for dataset in client_data:
     tagged = identified.tagged_client_id(dataset)
-    if tagged is None:
+    if tagged is None and read_untagged:
       first = [e[identified.CLIENT_ID] for e in dataset.take(1)]
       tagged = int(first[0]) if first else identified.NO_ID
-    ids.append(tagged)
+    ids.append(identified.NO_ID if tagged is None else tagged)
   return np.array(ids, np.int32)
+
+
+def check_round(
+  client_data: list[tf.data.Dataset],
+  client_work: stateful.StatefulClientWork,
+  builder: str,
+  read_untagged: bool = True,
+) -> np.ndarray:
+  """The cohort's ids (`cohort_ids`); raises before a round it cannot run.
+
+  One line naming the fix for data without ids, a cohort above
+  `max_clients`, and ids outside [0, num_clients) or repeated, where TFF's
+  runtime would fail later with a serialization error or a worker's
+  assertion.
+  """
+  identified.check_identified_cohort(
+    client_data, client_work.max_clients, builder
+  )
+  checks.check_cohort_size(client_data, client_work.max_clients, builder)
+  ids = cohort_ids(client_data, read_untagged)
+  outside = ids[(ids != identified.NO_ID) & (ids >= client_work.num_clients)]
+  if outside.size or np.any(ids < identified.NO_ID):
+    raise ValueError(
+      f'Client ids {sorted(set(ids.tolist()) - {identified.NO_ID})} are not '
+      f'all in [0, num_clients={client_work.num_clients}) given to '
+      f'{builder}: pass tff_aggregators.with_client_ids(datasets, ids) ids '
+      'in that range, or build the client work with a larger num_clients.'
+    )
+  identified.check_client_ids(
+    [int(i) for i in ids if i != identified.NO_ID], client_work.num_clients
+  )
+  return ids
+
+
+def _check_in_state_round(client_data, client_work) -> None:
+  """`check_round` for a client work whose table is in the TFF state.
+
+  Reads no data (untagged datasets' ids are checked in the round); client
+  data other than a list of datasets goes to TFF as it is.
+  """
+  if isinstance(client_data, (list, tuple)):
+    check_round(client_data, client_work, stateful.BUILDER, read_untagged=False)
 
 
 class ClientStateStoreProcess:
@@ -115,13 +160,9 @@ class ClientStateStoreProcess:
     self, state, client_data: list[tf.data.Dataset]
   ) -> tff.learning.templates.LearningProcessOutput:
     """One round: the cohort's rows in, the wrapped round, the rows out."""
-    builder = 'build_stateful_client_work(client_store=...)'
-    identified.check_identified_cohort(
-      client_data, self._work.max_clients, builder
+    ids = check_round(
+      client_data, self._work, f'{stateful.BUILDER}(client_store=...)'
     )
-    checks.check_cohort_size(client_data, self._work.max_clients, builder)
-    ids = cohort_ids(client_data)
-    self._check_ids(ids)
     self._store.check_all(state['stamps'])
     inner = state['process']
     inner = _with_work_state(
@@ -130,19 +171,6 @@ class ClientStateStoreProcess:
     output = self._process.next(inner, client_data)
     return client_store.finish_round(
       output, lambda output: self._finish_round(state, output)
-    )
-
-  def _check_ids(self, ids: np.ndarray) -> None:
-    """Raises on an id outside the population or repeated in the cohort."""
-    outside = ids[(ids != identified.NO_ID) & (ids >= self._work.num_clients)]
-    if outside.size or np.any(ids < identified.NO_ID):
-      raise ValueError(
-        f'Client ids {sorted(set(ids.tolist()))} are not all in [0, '
-        f'num_clients={self._work.num_clients}); pass '
-        'tff_aggregators.with_client_ids(datasets, ids) with ids in range.'
-      )
-    identified.check_client_ids(
-      [int(i) for i in ids if i != identified.NO_ID], self._work.num_clients
     )
 
   def _cohort_table(self, state, ids, work_state):
@@ -251,10 +279,12 @@ def with_client_store(
     client_work: `build_stateful_client_work(..., client_store=...)`'s.
 
   Returns:
-    A `ClientStateStoreProcess`; `process` itself if `client_work` has no
-    store (its states are then in the TFF state).
+    A `ClientStateStoreProcess`. If `client_work` has no store (its states
+    are then in the TFF state), `process` whose `next` first checks the
+    cohort in Python (`check_round`: ids given, in range, not repeated; at
+    most `max_clients` clients); any other client work: `process` itself.
   """
-  if not isinstance(client_work, stateful.StoredStateClientWork):
+  if not isinstance(client_work, stateful.StatefulClientWork):
     return process
   if not isinstance(process, tff.learning.templates.LearningProcess):
     raise TypeError(
@@ -267,5 +297,9 @@ def with_client_store(
       'with_client_store: the process was not composed with this '
       'client_work (its client work state differs); pass the same '
       'client work object to both.'
+    )
+  if not isinstance(client_work, stateful.StoredStateClientWork):
+    return checks.with_round_check(
+      process, lambda data: _check_in_state_round(data, client_work)
     )
   return ClientStateStoreProcess(process, client_work)

@@ -87,7 +87,7 @@ def check_client_ids(
   for client_id in client_ids:
     if isinstance(client_id, (str, bytes)):
       raise ValueError(
-        f'Client id {client_id!r} is a string; FedCDA indexes clients by '
+        f'Client id {client_id!r} is a string; clients are indexed by '
         'integers in [0, num_clients). For TFF ClientData use '
         'tff_aggregators.IdentifiedDataSource(client_data), or map each id '
         'to its position in client_data.client_ids.'

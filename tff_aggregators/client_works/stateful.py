@@ -75,7 +75,7 @@ ROWS_WRITTEN = 'rows_written'
 CLIENTS_WITH_STATE = 'clients_with_state'
 
 DEFAULT_MAX_STATE_BYTES = 64 * 2**20
-_BUILDER = 'build_stateful_client_work'
+BUILDER = 'build_stateful_client_work'
 
 
 def client_state_leaves(
@@ -89,7 +89,7 @@ def client_state_leaves(
   """
   if not isinstance(state, Mapping):
     raise TypeError(
-      f"{_BUILDER} needs an optimizer whose state is a mapping (as TFF's "
+      f"{BUILDER} needs an optimizer whose state is a mapping (as TFF's "
       f'optimizers have), got {type(state).__name__}.'
     )
   hparam_keys = set(optimizer.get_hparams(state))
@@ -187,7 +187,7 @@ def check_state_bytes(
   size = _state_size(num_clients, trainable_specs, leaf_specs)
   if size.total_bytes > max_state_bytes:
     raise ValueError(
-      f'{_BUILDER}: the client optimizer states take {size.num_clients:,} '
+      f'{BUILDER}: the client optimizer states take {size.num_clients:,} '
       f'clients x {size.slots:.3g} optimizer slots x {size.parameters:,} '
       f'parameters = {size.total_bytes:,} bytes, above max_state_bytes='
       f'{max_state_bytes:,}; in the TFF state they are broadcast to every '
@@ -209,11 +209,17 @@ def _check_counts(num_clients, max_clients):
       or value < 1
     ):
       raise ValueError(
-        f'{_BUILDER}: {name} must be a positive int, got {value!r}.'
+        f'{BUILDER}: {name} must be a positive int, got {value!r}.'
       )
+  if max_clients > num_clients:
+    raise ValueError(
+      f'{BUILDER}: max_clients={max_clients} is more than num_clients='
+      f'{num_clients}: a round samples at most the whole population; pass '
+      'max_clients <= num_clients.'
+    )
   if num_clients >= identified.MAX_CLIENT_ID:
     raise ValueError(
-      f'{_BUILDER}: num_clients={num_clients} must be below 2**24 (ids '
+      f'{BUILDER}: num_clients={num_clients} must be below 2**24 (ids '
       'travel as float32).'
     )
 
@@ -278,10 +284,10 @@ def build_stateful_client_work(
     TypeError: On a bad model_fn, optimizer or client_weighting.
     ValueError: On bad counts, or a table above `max_state_bytes`.
   """
-  with_hparams.check_model_fn(model_fn, _BUILDER)
+  with_hparams.check_model_fn(model_fn, BUILDER)
   if not isinstance(optimizer, tff.learning.optimizers.Optimizer):
     raise TypeError(
-      f'{_BUILDER}: the client optimizer must be a tff.learning.optimizers.'
+      f'{BUILDER}: the client optimizer must be a tff.learning.optimizers.'
       f'Optimizer (e.g. tff.learning.optimizers.build_sgdm), got '
       f'{optimizer!r}.'
     )
@@ -290,12 +296,12 @@ def build_stateful_client_work(
     isinstance(proximal_strength, (int, float)) and proximal_strength >= 0
   ):
     raise ValueError(
-      f'{_BUILDER}: proximal_strength must be a number >= 0, got '
+      f'{BUILDER}: proximal_strength must be a number >= 0, got '
       f'{proximal_strength!r}.'
     )
   if not isinstance(client_weighting, tff.learning.ClientWeighting):
     raise TypeError(
-      f'{_BUILDER}: client_weighting must be a '
+      f'{BUILDER}: client_weighting must be a '
       f'tff.learning.ClientWeighting, got {client_weighting!r}.'
     )
   client_store_lib.check_store(client_store, 'client_store')
@@ -742,8 +748,9 @@ def _start_state(optimizer, specs, hparams, saved_states, num_clients):
     if client_id is None:
       return fresh()
     message = (
-      f'{_BUILDER}: a client id is outside [0, num_clients='
-      f'{num_clients}); pass tff_aggregators.with_client_ids(...).'
+      f'{BUILDER}: a client id is outside [0, num_clients={num_clients}): '
+      'give tff_aggregators.with_client_ids ids in that range, or build '
+      'the client work with a larger num_clients.'
     )
     checks = [
       tf.debugging.assert_non_negative(client_id, message=message),
@@ -759,7 +766,7 @@ def _start_state(optimizer, specs, hparams, saved_states, num_clients):
             found,
             True,
             message=(
-              f'{_BUILDER}(client_store=...): the round has no row for this '
+              f'{BUILDER}(client_store=...): the round has no row for this '
               "client (the driver fills the cohort's rows): wrap the process "
               'with tff_aggregators.with_client_store(process, client_work), '
               'as the builders here do.'
