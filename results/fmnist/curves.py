@@ -1,11 +1,12 @@
 """A setting's accuracy curves over all seeds, for print (headless).
 
 One plot per setting, a panel per method under test and its baseline
-(`panels`): each method's mean test accuracy per round over its seeds, with
-the seeds' range (lowest to highest) as a band; a method under test is
-dashed, a baseline solid. A panel's y axis spans its bands over the last
-half of the rounds, where the methods separate, so early rounds may run
-below it.
+(`panels`): each method's mean test accuracy per round over the seeds every
+method of the panel has (paired, as the gains are; over its own seeds if they
+share none), with the seeds' range (lowest to highest) as a band; a method
+under test is dashed, a baseline solid. A panel's y axis spans its bands
+over the last half of the rounds, where the methods separate, so early
+rounds may run below it.
 """
 
 import os
@@ -76,21 +77,24 @@ def _plot_panel(axes, bands: Bands, under_test, colours) -> None:
 
 
 def plot_bands(
-  bands: Bands, path: str, *, title: str, groups, under_test=()
+  panel_bands: list[Bands], path: str, *, title: str, methods, under_test=()
 ) -> None:
-  """Writes `bands` to `path`, a panel per group (a temporary file first).
+  """Writes a panel per entry of `panel_bands` to `path` (a temporary file
+  first); each method keeps its colour (its place in `methods`) across
+  panels.
 
   Each panel has its own y range (`y_range`), so that its gap shows.
   """
-  groups = [[m for m in g if m in bands] for g in groups]
-  groups = [g for g in groups if g] or [list(bands)]
   palette = plt.get_cmap('tab10').colors
-  colours = {m: palette[i % len(palette)] for i, m in enumerate(bands)}
+  colours = {m: palette[i % len(palette)] for i, m in enumerate(methods)}
   figure, all_axes = plt.subplots(
-    1, len(groups), figsize=(1.0 + 5.0 * len(groups), 4.4), squeeze=False
+    1,
+    len(panel_bands),
+    figsize=(1.0 + 5.0 * len(panel_bands), 4.4),
+    squeeze=False,
   )
-  for axes, group in zip(all_axes[0], groups):
-    _plot_panel(axes, {m: bands[m] for m in group}, under_test, colours)
+  for axes, bands in zip(all_axes[0], panel_bands):
+    _plot_panel(axes, bands, under_test, colours)
   all_axes[0][0].set_ylabel(
     "test accuracy (%): seeds' mean and range", fontsize=11
   )

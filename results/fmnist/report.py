@@ -507,8 +507,10 @@ def curve_lines(accuracy_plots, metric_plots) -> list[str]:
     lines += [
       'Mean test accuracy per round over the seeds, the band their '
       'range (lowest to highest); a panel per method under test and '
-      'its baseline, the method dashed. Each y axis spans the last '
-      'half of the rounds, so early rounds may run below it.',
+      'its baseline, the method dashed, each over the seeds every '
+      'method of the panel has (a one-seed method beside the '
+      "baseline's run of that seed). Each y axis spans the last half "
+      'of the rounds, so early rounds may run below it.',
       '',
     ]
     lines += [f'![{name}]({name})' for name in accuracy_plots] + ['']
@@ -538,24 +540,42 @@ def deviation_lines(cell: cells.Cell) -> list[str]:
 
 
 def plot_setting(cell, summary, setting, base):
-  """The setting's accuracy plot over all seeds; its file name, or None."""
-  bands = {}
+  """The setting's accuracy plot, a panel per method group; its file name."""
+  runs = {}
   for method in cell.methods:
     use = runs_lib.counted(summary[(setting, method)])
     if use:
-      bands[method] = runs_lib.seed_band(use) + (len(use),)
-  if not bands:
+      runs[method] = use
+  if not runs:
     return None
   name = f'{setting}.png'
   under_test = cell.headline_methods()
+  groups = curves.panels(list(cell.methods), cell.baseline_of, under_test)
+  groups = [[m for m in g if m in runs] for g in groups]
+  groups = [g for g in groups if g] or [list(runs)]
   curves.plot_bands(
-    bands,
+    [_paired_bands({m: runs[m] for m in group}) for group in groups],
     os.path.join(base, name),
     title=f'{short_name(cell)}: {setting}',
-    groups=curves.panels(list(cell.methods), cell.baseline_of, under_test),
+    methods=list(runs),
     under_test=under_test,
   )
   return name
+
+
+def _paired_bands(runs):
+  """Each method's band over the seeds all of `runs`' methods have.
+
+  A one-seed method beside a three-seed baseline is drawn against the
+  baseline's run of that seed, as the gains pair them; methods sharing no
+  seed are drawn over their own seeds.
+  """
+  common = set.intersection(*(set(r) for r in runs.values()))
+  bands = {}
+  for method, by_seed in runs.items():
+    use = {s: r for s, r in by_seed.items() if s in common} or by_seed
+    bands[method] = runs_lib.seed_band(use) + (len(use),)
+  return bands
 
 
 def plot_metrics(cell, summary, setting, base) -> list[str]:

@@ -375,6 +375,16 @@ class ReportTest(absltest.TestCase):
     self.assertSequenceAlmostEqual(lowest, [50.0, 40.0])
     self.assertSequenceAlmostEqual(highest, [70.0, 60.0])
 
+  def test_a_panel_draws_the_seeds_its_methods_share(self):
+    curve = lambda a: {'curve': ([1, 2], [a, a])}
+    base = {10: curve(0.8), 11: curve(0.6), 12: curve(0.4)}
+    bands = report_lib._paired_bands({'base': base, 'one': {10: curve(0.9)}})
+    self.assertEqual(bands['base'][-1], 1)  # Seed 10 only, as the gain.
+    self.assertSequenceAlmostEqual(bands['base'][1], [80.0, 80.0])
+    apart = report_lib._paired_bands({'base': base, 'one': {7: curve(0.9)}})
+    self.assertEqual(apart['base'][-1], 3)  # No shared seed: its own.
+    self.assertSequenceAlmostEqual(apart['base'][1], [60.0, 60.0])
+
   def test_curve_panels_pair_each_method_with_its_baseline(self):
     fedlws = cells.CELLS['fedlws']
     self.assertEqual(
