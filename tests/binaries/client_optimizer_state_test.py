@@ -4,9 +4,11 @@ Persistent client state with momentum 0 is the reset run exactly; with
 momentum it changes the result from the second round (a client sampled
 again resumes its momentum); a stopped run resumes to the uninterrupted one;
 1 and 2 workers agree; what cannot work is refused in one line before
-anything is written. Tiny runs: the MLP on 600 real Fashion-MNIST examples,
-6 clients, 3 per round (seed 1: rounds 1 and 2 share clients 2 and 5), run
-in this process as the binary's `main`; the refusals as a user runs them.
+anything is written. Repeats of paths that the library tests and
+multi_worker_test cover run in `make full_test` only. Tiny runs: the MLP
+on 600 real Fashion-MNIST examples, 6 clients, 3 per round (seed 1: rounds
+1 and 2 share clients 2 and 5), run in this process as the binary's `main`;
+the refusals as a user runs them.
 """
 
 import os
@@ -111,6 +113,9 @@ class PersistentStateTest(absltest.TestCase):
       )
 
   def test_momentum_zero_is_the_reset_run_exactly(self):
+    test_utils.skip_unless_full_suite(
+      self, "EveryMethodTest runs the binaries' processes"
+    )
     reset = _train(self.create_tempdir().full_path, rounds=2, client_momentum=0)
     persistent = _train(
       self.create_tempdir().full_path,
@@ -136,8 +141,11 @@ class PersistentStateTest(absltest.TestCase):
 
   def test_one_and_two_workers_agree(self):
     # FedLWS with the states in memory (its one-pass tau: the exact one needs
-    # two aggregation phases, which TFF's multi-worker runtime cannot split);
-    # under `make full_test` also FedAvg with the states in the TFF state.
+    # two aggregation phases, which TFF's multi-worker runtime cannot split),
+    # and FedAvg with the states in the TFF state.
+    test_utils.skip_unless_full_suite(
+      self, 'multi_worker_test runs both stores on the tiny model'
+    )
     runs = [
       (
         dict(
@@ -149,8 +157,7 @@ class PersistentStateTest(absltest.TestCase):
         None,
       ),
     ]
-    if test_utils.is_full_suite():
-      runs.append((dict(client_optimizer_state='persistent'), self.persistent))
+    runs.append((dict(client_optimizer_state='persistent'), self.persistent))
     for overrides, one in runs:
       if one is None:
         one = _train(self.create_tempdir().full_path, **overrides)
@@ -177,13 +184,15 @@ class PersistentStateTest(absltest.TestCase):
           )
 
   def test_client_stores_give_the_state_run(self):
-    # In memory: the whole run. On disk: stopped after round 1, resumed.
-    memory = _train(
-      self.create_tempdir().full_path,
-      client_optimizer_state='persistent',
-      client_state_store='memory',
-    )
-    self.assertEqual(memory, self.persistent)
+    # On disk: stopped after round 1, resumed. In memory (`make full_test`;
+    # stored_client_state_test compares it with the TFF state): the whole run.
+    if test_utils.is_full_suite():
+      memory = _train(
+        self.create_tempdir().full_path,
+        client_optimizer_state='persistent',
+        client_state_store='memory',
+      )
+      self.assertEqual(memory, self.persistent)
     output_dir = self.create_tempdir().full_path
     disk = dict(client_optimizer_state='persistent', client_state_store='disk')
     _train(output_dir, rounds=1, **disk)
@@ -234,7 +243,9 @@ class EveryMethodTest(absltest.TestCase):
     cohorts = [[0, 1, 2, 3], [1, 2, 4, 5]]
     methods = [(n, 0.0) for n in ('fedavg', 'fedglad', 'fedlaw', 'fedlws')]
     methods += [('fedsa', 0.0), ('fedcda', 0.0)]
-    methods += [(n, 0.1) for n in ('fedavg', 'fedglad', 'fedlws', 'fedsa')]
+    methods += [('fedavg', 0.1)]  # FedProx's client work.
+    if test_utils.is_full_suite():  # The same client work under each method.
+      methods += [(n, 0.1) for n in ('fedglad', 'fedlws', 'fedsa')]
     with flagsaver.flagsaver(
       fedlaw_server_epochs=2, fedlaw_proxy_batch_size=8, fedcda_warmup=1
     ):

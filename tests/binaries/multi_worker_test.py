@@ -99,6 +99,16 @@ def _tiny_processes():
     rng.integers(0, 2, size=20).astype(np.int64),
   )
   cda = dict(num_clients=6, max_clients=4, warmup_rounds=1, seed=1)
+
+  def persistent(client_store=None):
+    return tff_aggregators.build_stateful_client_work(
+      model_fn,
+      tff.learning.optimizers.build_sgdm(0.5, momentum=0.9),
+      num_clients=6,
+      max_clients=4,
+      client_store=client_store,
+    )
+
   # FedAvg over two workers is WorkerFailureTest's; FedGLAD's Adam/Yogi
   # finalizer is server-side only (its aggregation is FedGLAD's SGD one).
   return {
@@ -129,6 +139,20 @@ def _tiny_processes():
       history_store=tff_aggregators.InMemoryHistoryStore(),
       **cda,
     ),
+    # Persistent client momentum: the states in the TFF state, and in a
+    # driver-side store (only the cohort's rows enter the round).
+    'fedglad_persistent_clients': tff_aggregators.build_fedglad_process(
+      model_fn, client, gamma=0.5, client_work=persistent()
+    ),
+    'fedlws_persistent_clients_in_memory': (
+      tff_aggregators.build_fedlws_process(
+        model_fn,
+        client,
+        beta=0.5,
+        tau_mode='rms',
+        client_work=persistent(tff_aggregators.InMemoryClientStore()),
+      )
+    ),
   }
 
 
@@ -144,8 +168,15 @@ def _leaves(structure, path=''):
     yield path, np.asarray(structure, np.float64)
 
 
+_CLIENTS_WITH_STATE = '/client_work/client_states/clients_with_state'
+
+
 class TinyAgreementTest(absltest.TestCase):
   """Every method, 2 rounds on the tiny model: 1 and 2 workers agree.
+
+  Also with persistent client momentum (the states in the TFF state, and in
+  a driver-side store), whose rows must reach the right clients on each
+  worker.
 
   In the default suite (the Fashion-MNIST runs of `AgreementTest` are in
   `make full_test`): clients split over two workers must not change the
@@ -168,7 +199,7 @@ class TinyAgreementTest(absltest.TestCase):
         state = process.set_model_weights(process.initialize(), initial)
         for ids in cohorts:
           cohort = [datasets[i] for i in ids]
-          if name.startswith('fedcda'):
+          if name.startswith('fedcda') or 'persistent' in name:
             cohort = tff_aggregators.with_client_ids(cohort, ids)
           output = process.next(state, cohort)
           state = output.state
@@ -184,6 +215,8 @@ class TinyAgreementTest(absltest.TestCase):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6, err_msg=name)
       one, two = dict(_leaves(metrics_one)), dict(_leaves(metrics_two))
       self.assertEqual(one.keys(), two.keys())
+      if 'persistent' in name:  # Cohorts {0, 1, 2, 3} and {1, 2, 4, 5}.
+        self.assertEqual(one[_CLIENTS_WITH_STATE], 6, name)
       for key in one:
         a, b = one[key], two[key]
         if key.endswith('/lambda'):  # Follows the collected rows' order.
@@ -251,7 +284,7 @@ class WorkerFailureTest(absltest.TestCase):
 
     def args(output_dir, workers=None):
       flags = dict(
-        rounds=5,
+        rounds=3,
         num_clients=6,
         clients_per_round=4,
         model='mlp',
@@ -277,7 +310,7 @@ class WorkerFailureTest(absltest.TestCase):
       log_path=os.path.join(output_dir, 'failed.log'),
     )
     checkpoint = os.path.join(
-      output_dir, training.CHECKPOINT_DIR, 'program_state_2'
+      output_dir, training.CHECKPOINT_DIR, 'program_state_1'
     )
     self.assertTrue(
       test_utils.wait_until(
@@ -306,7 +339,7 @@ class WorkerFailureTest(absltest.TestCase):
       worker.stop()
     resumed = test_utils.metrics_without_timing(output_dir)
     reference = test_utils.metrics_without_timing(reference_dir)
-    self.assertLen(resumed, 5)
+    self.assertLen(resumed, 3)
     for a, b in zip(resumed, reference):
       for key in a:
         self.assertAlmostEqual(float(a[key]), float(b[key]), places=5, msg=key)

@@ -315,13 +315,15 @@ class StatefulClientWorkTest(absltest.TestCase):
       num_clients=_POPULATION,
       max_clients=3,
     )
+    fedlws = tff_aggregators.build_fedlws_process(
+      test_utils.tiny_model_fn,
+      tff.learning.optimizers.build_sgdm(_LR),
+      client_work=work,
+    )
     processes = (
       tff_aggregators.with_client_store(_compose(work), work),
-      tff_aggregators.build_fedlws_process(
-        test_utils.tiny_model_fn,
-        tff.learning.optimizers.build_sgdm(_LR),
-        client_work=work,
-      ),
+      fedlws,
+      tff_aggregators.with_client_store(fedlws, work),  # Checked twice.
     )
     cases = (
       (self.datasets[:2], "needs each client's id in its data"),
@@ -331,7 +333,7 @@ class StatefulClientWorkTest(absltest.TestCase):
       ),
       (
         tff_aggregators.with_client_ids(self.datasets[:1], [_POPULATION]),
-        r'not all in \[0, num_clients=5\) given to build_stateful',
+        r'outside \[0, num_clients=5\) given to build_stateful',
       ),
     )
     for process in processes:

@@ -419,7 +419,9 @@ class StoredClientStateTest(parameterized.TestCase):
 
   def test_refusals(self):
     process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
-    with self.assertRaisesRegex(ValueError, r'not all in \[0, num_clients=5'):
+    with self.assertRaisesRegex(
+      ValueError, r'outside \[0, num_clients=5\) given to'
+    ):
       process.next(
         process.initialize(),
         tff_aggregators.with_client_ids(self.datasets[:1], [5]),

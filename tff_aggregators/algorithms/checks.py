@@ -105,16 +105,6 @@ class _CheckedLearningProcess(tff.learning.templates.LearningProcess):
   def next(self):
     return self._checked_next
 
-  def with_check(self, check: Callable[[Any], None]):
-    """The unchecked process, checked by this process's check, then `check`."""
-    first = self._check
-
-    def both(client_data):
-      first(client_data)
-      check(client_data)
-
-    return _CheckedLearningProcess(self._unchecked, both)
-
 
 def with_round_check(
   process: tff.learning.templates.LearningProcess,
@@ -127,17 +117,12 @@ def with_round_check(
   """
   if not isinstance(process, tff.learning.templates.LearningProcess):
     return _CheckedDriverProcess(process, check)
-  if isinstance(process, _CheckedLearningProcess):
-    return process.with_check(check)
+  if isinstance(process, _CheckedLearningProcess):  # Its check, then `check`.
+    first = process._check  # pylint: disable=protected-access
+
+    def both(client_data):
+      first(client_data)
+      check(client_data)
+
+    process, check = process._unchecked, both  # pylint: disable=protected-access
   return _CheckedLearningProcess(process, check)
-
-
-def with_cohort_limit(
-  process: tff.learning.templates.LearningProcess,
-  max_clients: int,
-  builder: str,
-) -> tff.learning.templates.LearningProcess:
-  """`process` refusing a round of more than `max_clients` clients."""
-  return with_round_check(
-    process, lambda data: check_cohort_size(data, max_clients, builder)
-  )

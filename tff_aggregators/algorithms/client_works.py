@@ -10,7 +10,7 @@ state.
 """
 
 from collections.abc import Callable
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 import tensorflow_federated as tff
@@ -158,12 +158,17 @@ def compose(
   model_distributor: Optional[
     tff.learning.templates.DistributionProcess
   ] = None,
+  round_check: Optional[Callable[[Any], None]] = None,
 ) -> tff.learning.templates.LearningProcess:
   """`compose_learning_process`, with TFF's broadcast unless one is given.
 
-  With `build_stateful_client_work(client_store=...)`'s client work, the
-  process is wrapped by `stored_client_state.with_client_store` (the client
-  states then live in the store, outside the TFF state).
+  With `build_stateful_client_work`'s client work, the process is wrapped by
+  `stored_client_state.with_client_store`: each cohort is checked in Python
+  (ids, size, range), and with a `client_store` the client states live in
+  the store, outside the TFF state. Otherwise `round_check`, if given, checks
+  each round's client data in Python first (a builder's cohort limit; the
+  stateful check covers it, as the builders refuse a client work built for
+  another `max_clients`).
   """
   if model_distributor is None:
     model_distributor = tff.learning.templates.build_broadcast_process(
@@ -183,7 +188,11 @@ def compose(
     aggregator,
     finalizer,
   )
-  return stored_client_state.with_client_store(process, client_work)
+  if isinstance(client_work, stateful.StatefulClientWork):
+    return stored_client_state.with_client_store(process, client_work)
+  if round_check is None:
+    return process
+  return checks.with_round_check(process, round_check)
 
 
 def build_weighted_fed_prox(

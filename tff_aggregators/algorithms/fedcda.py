@@ -201,15 +201,13 @@ def build_fedcda_process(
     options=cda_options,
     max_state_bytes=max_state_bytes,
   )
-  process = client_works.compose(
+  return client_works.compose(
     initial_model_weights_fn,
     client_work,
     aggregator,
     finalizer,
     model_distributor,
-  )
-  return checks.with_round_check(
-    process, functools.partial(check_round, max_clients=max_clients)
+    round_check=functools.partial(check_round, max_clients=max_clients),
   )
 
 

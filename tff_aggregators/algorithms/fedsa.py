@@ -1,5 +1,6 @@
 """`build_fedsa_process`: FedAvg clients, FedSA's skew-aware aggregation."""
 
+import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -135,11 +136,15 @@ def build_fedsa_process(
   aggregator = collect.CollectAllFactory(max_clients).create(
     model_weights_type.trainable, tff.TensorType(np.float32)
   )
-  process = client_works.compose(
+  return client_works.compose(
     initial_model_weights_fn,
     client_work,
     aggregator,
     finalizer,
     model_distributor,
+    round_check=functools.partial(
+      checks.check_cohort_size,
+      max_clients=max_clients,
+      builder='build_fedsa_process',
+    ),
   )
-  return checks.with_cohort_limit(process, max_clients, 'build_fedsa_process')

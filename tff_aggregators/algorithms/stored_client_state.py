@@ -81,16 +81,10 @@ def check_round(
   )
   checks.check_cohort_size(client_data, client_work.max_clients, builder)
   ids = cohort_ids(client_data, read_untagged)
-  outside = ids[(ids != identified.NO_ID) & (ids >= client_work.num_clients)]
-  if outside.size or np.any(ids < identified.NO_ID):
-    raise ValueError(
-      f'Client ids {sorted(set(ids.tolist()) - {identified.NO_ID})} are not '
-      f'all in [0, num_clients={client_work.num_clients}) given to '
-      f'{builder}: pass tff_aggregators.with_client_ids(datasets, ids) ids '
-      'in that range, or build the client work with a larger num_clients.'
-    )
   identified.check_client_ids(
-    [int(i) for i in ids if i != identified.NO_ID], client_work.num_clients
+    [int(i) for i in ids if i != identified.NO_ID],
+    client_work.num_clients,
+    builder,
   )
   return ids
 
