@@ -184,15 +184,13 @@ class PersistentStateTest(absltest.TestCase):
           )
 
   def test_client_stores_give_the_state_run(self):
-    # On disk: stopped after round 1, resumed. In memory (`make full_test`;
-    # stored_client_state_test compares it with the TFF state): the whole run.
-    if test_utils.is_full_suite():
-      memory = _train(
-        self.create_tempdir().full_path,
-        client_optimizer_state='persistent',
-        client_state_store='memory',
-      )
-      self.assertEqual(memory, self.persistent)
+    # In memory: the whole run. On disk: stopped after round 1, resumed.
+    memory = _train(
+      self.create_tempdir().full_path,
+      client_optimizer_state='persistent',
+      client_state_store='memory',
+    )
+    self.assertEqual(memory, self.persistent)
     output_dir = self.create_tempdir().full_path
     disk = dict(client_optimizer_state='persistent', client_state_store='disk')
     _train(output_dir, rounds=1, **disk)

@@ -284,7 +284,7 @@ class WorkerFailureTest(absltest.TestCase):
 
     def args(output_dir, workers=None):
       flags = dict(
-        rounds=3,
+        rounds=5,
         num_clients=6,
         clients_per_round=4,
         model='mlp',
@@ -310,7 +310,7 @@ class WorkerFailureTest(absltest.TestCase):
       log_path=os.path.join(output_dir, 'failed.log'),
     )
     checkpoint = os.path.join(
-      output_dir, training.CHECKPOINT_DIR, 'program_state_1'
+      output_dir, training.CHECKPOINT_DIR, 'program_state_2'
     )
     self.assertTrue(
       test_utils.wait_until(
@@ -339,7 +339,7 @@ class WorkerFailureTest(absltest.TestCase):
       worker.stop()
     resumed = test_utils.metrics_without_timing(output_dir)
     reference = test_utils.metrics_without_timing(reference_dir)
-    self.assertLen(resumed, 3)
+    self.assertLen(resumed, 5)
     for a, b in zip(resumed, reference):
       for key in a:
         self.assertAlmostEqual(float(a[key]), float(b[key]), places=5, msg=key)

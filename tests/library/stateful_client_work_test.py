@@ -309,21 +309,37 @@ class StatefulClientWorkTest(absltest.TestCase):
   def test_wrapped_processes_refuse_bad_cohorts_in_python(self):
     # Unwrapped, TFF fails later: a serialization TypeError without ids, a
     # worker assertion for the other two.
-    work = stateful.build_stateful_client_work(
-      test_utils.tiny_model_fn,
-      tff.learning.optimizers.build_sgdm(_LR, momentum=_MOMENTUM),
-      num_clients=_POPULATION,
-      max_clients=3,
-    )
+    # FedSA and FedCDA: builders whose own cohort check the stateful one
+    # replaces (they refuse a client work built for another max_clients).
+    def work(**kwargs):
+      return stateful.build_stateful_client_work(
+        test_utils.tiny_model_fn,
+        tff.learning.optimizers.build_sgdm(_LR, momentum=_MOMENTUM),
+        num_clients=_POPULATION,
+        max_clients=3,
+        **kwargs,
+      )
+
+    sgd = tff.learning.optimizers.build_sgdm(_LR)
+    model_fn = test_utils.tiny_model_fn
+    fedavg_work = work()
     fedlws = tff_aggregators.build_fedlws_process(
-      test_utils.tiny_model_fn,
-      tff.learning.optimizers.build_sgdm(_LR),
-      client_work=work,
+      model_fn, sgd, client_work=fedavg_work
     )
     processes = (
-      tff_aggregators.with_client_store(_compose(work), work),
+      tff_aggregators.with_client_store(_compose(fedavg_work), fedavg_work),
       fedlws,
-      tff_aggregators.with_client_store(fedlws, work),  # Checked twice.
+      tff_aggregators.with_client_store(fedlws, fedavg_work),  # Twice.
+      tff_aggregators.build_fedsa_process(
+        model_fn, sgd, max_clients=3, client_work=work()
+      ),
+      tff_aggregators.build_fedcda_process(
+        model_fn,
+        sgd,
+        num_clients=_POPULATION,
+        max_clients=3,
+        client_work=work(with_loss_and_id=True, local_epochs=1),
+      ),
     )
     cases = (
       (self.datasets[:2], "needs each client's id in its data"),
@@ -342,6 +358,8 @@ class StatefulClientWorkTest(absltest.TestCase):
       for data, message in cases:
         with self.assertRaisesRegex(ValueError, message):
           process.next(state, data)
+      with self.assertRaisesRegex(TypeError, 'is a list of tf.data.Datasets'):
+        process.next(state, self.datasets[0])
 
   def test_refuses_more_clients_a_round_than_the_population(self):
     with self.assertRaisesRegex(ValueError, 'max_clients=6 is more than'):

@@ -285,7 +285,7 @@ class StoredClientStateTest(parameterized.TestCase):
 
   @parameterized.parameters('fedglad', 'fedlaw', 'fedlws', 'fedsa')
   def test_builders_return_the_driver_process(self, name):
-    if name in ('fedglad', 'fedlws'):  # Builders without a cohort check.
+    if name in ('fedglad', 'fedlws'):  # The same driver process.
       test_utils.skip_unless_full_suite(self, 'fedlaw and fedsa cover it')
     rng = np.random.default_rng(0)
     proxy = (
@@ -308,9 +308,9 @@ class StoredClientStateTest(parameterized.TestCase):
     self.assertTrue(np.all(np.isfinite(flat)))
     counts = outputs[-1].metrics['client_work']['client_states']
     self.assertEqual(counts['clients_with_state'], 4)
-    if 'max_clients' in extra:  # The method's own cohort check still runs.
-      with self.assertRaisesRegex(ValueError, 'more than max_clients=3'):
-        process.next(state, _identified(self.datasets, [0, 1, 2, 3]))
+    # The store's check refuses a cohort above the work's max_clients.
+    with self.assertRaisesRegex(ValueError, 'more than max_clients=3'):
+      process.next(state, _identified(self.datasets, [0, 1, 2, 3]))
 
   @parameterized.named_parameters(
     ('everything_in_tff_state', None, None, (0.0, 0.9)),

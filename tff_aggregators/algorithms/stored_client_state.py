@@ -92,11 +92,9 @@ def check_round(
 def _check_in_state_round(client_data, client_work) -> None:
   """`check_round` for a client work whose table is in the TFF state.
 
-  Reads no data (untagged datasets' ids are checked in the round); client
-  data other than a list of datasets goes to TFF as it is.
+  Reads no data: untagged datasets' ids are checked in the round.
   """
-  if isinstance(client_data, (list, tuple)):
-    check_round(client_data, client_work, stateful.BUILDER, read_untagged=False)
+  check_round(client_data, client_work, stateful.BUILDER, read_untagged=False)
 
 
 class ClientStateStoreProcess:

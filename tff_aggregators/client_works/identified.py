@@ -336,11 +336,11 @@ def one_client_id(carried_id: tf.Tensor, element_id: tf.Tensor) -> tf.Tensor:
 
   A client's elements must all carry its one id (`NO_ID` before the first
   element): a dataset with two ids would read one client's state and report
-  under another's id, so the round fails instead. Its cost is within
-  measurement noise: on the MLP, rounds with and without it differed by 7 us
-  a batch at batch size 10 and by -1.5 ms a step at batch size 50, against
-  about 2.2 ms a step with TFF's per-round cost included (2026-12-07, 2-core
-  development machine, beside another job).
+  under another's id, so the round fails instead. Its cost is below what we
+  could measure: on the MLP, rounds with and without it differed by +7 us a
+  step (one batch) at batch size 10 and by -1.5 ms a step at batch size 50,
+  against about 2.2 ms a step with TFF's per-round cost included
+  (2026-12-07, 2-core development machine, beside another job).
   """
   check = tf.debugging.Assert(
     tf.logical_or(
