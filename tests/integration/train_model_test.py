@@ -182,6 +182,10 @@ class TrainModelTest(parameterized.TestCase):
       test_utils.skip_unless_full_suite(
         self, 'fedglad_adam and fedlaw cover the composed path'
       )
+    if method == 'fedcda':  # Its in-state resume: fedcda_test's.
+      test_utils.skip_unless_full_suite(
+        self, 'fedcda_in_memory covers the identified data source'
+      )
     straight = tempfile.mkdtemp()
     process, state, metrics = _train(method, straight, rounds=2)
     self.assertEqual(sorted(metrics), [1, 2])

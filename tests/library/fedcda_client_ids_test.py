@@ -71,7 +71,7 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     two = self.datasets[:2]
     for ids, message in (
       ([0, 0], 'appears more than once'),
-      ([0, 6], r'outside the population \[0, 6\)'),
+      ([0, 6], r'outside the population \[0, num_clients=6\) given to with_'),
       ([0, -1], 'outside the population'),
       (['a', 'b'], 'is a string.*IdentifiedDataSource'),
     ):

@@ -349,7 +349,7 @@ class StatefulClientWorkTest(absltest.TestCase):
       ),
       (
         tff_aggregators.with_client_ids(self.datasets[:1], [_POPULATION]),
-        r'outside \[0, num_clients=5\) given to build_stateful',
+        r'outside the population \[0, num_clients=5\) given to build_stateful',
       ),
     )
     for process in processes:

@@ -8,6 +8,7 @@ argument and the fix, instead of failing in round 1 inside TFF's runtime:
 * `check_cohort_size`: the builders that collect every client's update
   (`CollectAllFactory`: FedLAW, FedSA, FedCDA) hold at most `max_clients`
   rows; a larger cohort is refused before the round's computation runs.
+  `cohort_limit(max_clients, builder)` is that check as a round check.
 
 `with_round_check(process, check)` returns the same
 `tff.learning.templates.LearningProcess` whose `next` runs `check(client_data)`
@@ -16,6 +17,7 @@ composition with `tff.learning.programs.train_model`) is unchanged.
 """
 
 from collections.abc import Callable
+import functools
 from typing import Any
 
 import tensorflow_federated as tff
@@ -47,6 +49,13 @@ def check_cohort_size(client_data: Any, max_clients: int, builder: str) -> None:
       f'given to {builder}: build the process with max_clients >= the '
       'cohort size.'
     )
+
+
+def cohort_limit(max_clients: int, builder: str) -> Callable[[Any], None]:
+  """`check_cohort_size` for one builder's `max_clients`, as a round check."""
+  return functools.partial(
+    check_cohort_size, max_clients=max_clients, builder=builder
+  )
 
 
 class _CheckedNext:

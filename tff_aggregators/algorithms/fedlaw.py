@@ -1,6 +1,5 @@
 """`build_fedlaw_process`: FedAvg clients, FedLAW's learned aggregation."""
 
-import functools
 from collections.abc import Callable
 from typing import Optional, Union
 
@@ -116,11 +115,7 @@ def build_fedlaw_process(
     aggregator,
     finalizer,
     model_distributor,
-    round_check=functools.partial(
-      checks.check_cohort_size,
-      max_clients=max_clients,
-      builder='build_fedlaw_process',
-    ),
+    round_check=checks.cohort_limit(max_clients, 'build_fedlaw_process'),
   )
 
 

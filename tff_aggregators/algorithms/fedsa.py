@@ -1,6 +1,5 @@
 """`build_fedsa_process`: FedAvg clients, FedSA's skew-aware aggregation."""
 
-import functools
 from collections.abc import Callable
 from typing import Optional
 
@@ -142,9 +141,5 @@ def build_fedsa_process(
     aggregator,
     finalizer,
     model_distributor,
-    round_check=functools.partial(
-      checks.check_cohort_size,
-      max_clients=max_clients,
-      builder='build_fedsa_process',
-    ),
+    round_check=checks.cohort_limit(max_clients, 'build_fedsa_process'),
   )

@@ -85,7 +85,8 @@ def check_client_ids(
 ) -> list[int]:
   """The cohort's ids as ints; raises on a duplicate or an id out of range.
 
-  `builder`: the builder given `num_clients`, named in the message.
+  `builder`: the builder (or function) given `num_clients`, named in the
+  message.
   """
   limit = MAX_CLIENT_ID if num_clients is None else num_clients
   checked = []
@@ -112,15 +113,11 @@ def check_client_ids(
 
 
 def _outside_message(client_id: Any, limit: int, builder: Optional[str]):
-  if builder is None:
-    return (
-      f'Client id {client_id!r} is outside the population [0, {limit}): '
-      "ids index the clients (the builder's num_clients)."
-    )
+  bound = f'num_clients={limit}) given to {builder}' if builder else f'{limit})'
   return (
-    f'Client id {client_id!r} is outside [0, num_clients={limit}) given to '
-    f'{builder}: pass tff_aggregators.with_client_ids(datasets, ids) ids in '
-    'that range, or build the client work with a larger num_clients.'
+    f'Client id {client_id!r} is outside the population [0, {bound}: pass '
+    'tff_aggregators.with_client_ids(datasets, ids) ids in that range, or '
+    'build with a larger num_clients.'
   )
 
 
@@ -147,7 +144,9 @@ def with_client_ids(
     raise ValueError(
       f'{len(datasets)} datasets but {len(client_ids)} client ids.'
     )
-  ids = check_client_ids(client_ids, num_clients)
+  ids = check_client_ids(
+    client_ids, num_clients, None if num_clients is None else 'with_client_ids'
+  )
   for dataset in datasets:
     if not isinstance(dataset, tf.data.Dataset):
       raise TypeError(
