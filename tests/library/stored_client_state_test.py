@@ -420,7 +420,7 @@ class StoredClientStateTest(parameterized.TestCase):
   def test_refusals(self):
     process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
     with self.assertRaisesRegex(
-      ValueError, r'outside \[0, num_clients=5\) given to'
+      ValueError, r'outside the population \[0, num_clients=5\) given to'
     ):
       process.next(
         process.initialize(),
