@@ -28,6 +28,7 @@ from experiments import training
 from tests import test_utils
 import tff_aggregators
 from tff_aggregators import runtime
+from tff_aggregators.algorithms import stored_client_state
 
 _MODULE = 'experiments.fmnist'
 _STATES = 'train/client_work/client_states/clients_with_state'
@@ -243,8 +244,7 @@ class EveryMethodTest(absltest.TestCase):
     cohorts = [[0, 1, 2, 3], [1, 2, 4, 5]]
     # TFF's state (FedAvg), collected rows (FedLAW), client ids (FedCDA) and
     # FedProx's client work; the full suite adds the other builders, whose
-    # client work is the same (multi_worker_test runs FedGLAD's and FedLWS's
-    # with persistent momentum, stored_client_state_test FedSA's).
+    # client work is the same (that they take it: the test below).
     methods = [('fedavg', 0.0), ('fedlaw', 0.0), ('fedcda', 0.0)]
     methods += [('fedavg', 0.1)]
     if test_utils.is_full_suite():
@@ -299,6 +299,34 @@ class EveryMethodTest(absltest.TestCase):
         )
         self.assertFalse(
           np.array_equal(models['reset'], test_utils.flat_trainable(initial))
+        )
+
+  def test_every_builder_takes_the_persistent_client_work(self):
+    # Built only: the momentum-0 runs above cover FedAvg, FedLAW and FedCDA
+    # in this suite; here the registry's other builders get the stateful
+    # client work (in the TFF state, or in a store: a driver process).
+    stores = {'fedglad': 'state', 'fedlws': 'memory', 'fedsa': 'state'}
+    for name, store in stores.items():
+      process = registry.build_process(
+        name,
+        registry.ProcessInputs(
+          model_fn=test_utils.tiny_model_fn,
+          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
+          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+          server_optimizer='sgd',
+          clients_per_round=4,
+          num_clients=6,
+          client_optimizer_state='persistent',
+          client_state_store=store,
+        ),
+      )
+      if store == 'memory':
+        self.assertIsInstance(
+          process, stored_client_state.ClientStateStoreProcess, name
+        )
+      else:
+        self.assertIn(
+          'clients_with_state', str(process.next.type_signature.result), name
         )
 
 
