@@ -227,6 +227,22 @@ class PersistentStateTest(absltest.TestCase):
     )
 
 
+def _tiny_process(name, **inputs):
+  """The registry's process for `name` on the tiny model, 4 of 6 clients."""
+  return registry.build_process(
+    name,
+    registry.ProcessInputs(
+      model_fn=test_utils.tiny_model_fn,
+      client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
+      server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
+      server_optimizer='sgd',
+      clients_per_round=4,
+      num_clients=6,
+      **inputs,
+    ),
+  )
+
+
 class EveryMethodTest(absltest.TestCase):
   """Each supported method's registry process, on the tiny model."""
 
@@ -256,19 +272,11 @@ class EveryMethodTest(absltest.TestCase):
       for name, proximal_strength in methods:
         models = {}
         for state in ('reset', 'persistent'):
-          process = registry.build_process(
+          process = _tiny_process(
             name,
-            registry.ProcessInputs(
-              model_fn=test_utils.tiny_model_fn,
-              client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
-              server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-              server_optimizer='sgd',
-              clients_per_round=4,
-              num_clients=6,
-              proxy_data=proxy,
-              client_optimizer_state=state,
-              proximal_strength=proximal_strength,
-            ),
+            proxy_data=proxy,
+            client_optimizer_state=state,
+            proximal_strength=proximal_strength,
           )
           if state == 'reset':
             initial = process.get_model_weights(process.initialize())
@@ -307,18 +315,8 @@ class EveryMethodTest(absltest.TestCase):
     # client work (in the TFF state, or in a store: a driver process).
     stores = {'fedglad': 'state', 'fedlws': 'memory', 'fedsa': 'state'}
     for name, store in stores.items():
-      process = registry.build_process(
-        name,
-        registry.ProcessInputs(
-          model_fn=test_utils.tiny_model_fn,
-          client_optimizer_fn=tff.learning.optimizers.build_sgdm(0.5),
-          server_optimizer_fn=tff.learning.optimizers.build_sgdm(1.0),
-          server_optimizer='sgd',
-          clients_per_round=4,
-          num_clients=6,
-          client_optimizer_state='persistent',
-          client_state_store=store,
-        ),
+      process = _tiny_process(
+        name, client_optimizer_state='persistent', client_state_store=store
       )
       if store == 'memory':
         self.assertIsInstance(
