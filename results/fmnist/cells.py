@@ -396,7 +396,8 @@ _LWS_CODE_BETA = dict(_LWS, fedlws_beta=0.03)
 FEDLWS_PROTOCOL = Cell(
   name='fedlws_protocol',
   title="FedLWS at alpha 0.1 with its authors' code's choices, one at a "
-  'time (persistent client momentum, beta 0.03, 70% training data)',
+  'time and all together (persistent client momentum, beta 0.03, 70% '
+  'training data)',
   source=(
     "Shi et al., ICLR 2025, Table 1 (alpha 0.1), on the FedLWS cell's "
     "protocol with the authors' code's choices"
