@@ -71,8 +71,13 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     two = self.datasets[:2]
     for ids, message in (
       ([0, 0], 'appears more than once'),
-      ([0, 6], r'outside the population \[0, num_clients=6\) given to with_'),
-      ([0, -1], 'outside the population'),
+      (
+        [0, 6],
+        r'outside the population \[0, num_clients=6\) given to '
+        'with_client_ids: pass ids in that range, or give with_client_ids a '
+        'larger num_clients',
+      ),
+      ([0, -1], r'outside the population \[0, num_clients=6\).*non-negative'),
       (['a', 'b'], 'is a string.*IdentifiedDataSource'),
     ):
       with self.subTest(ids=ids):
@@ -139,7 +144,9 @@ class FedCdaClientIdsTest(parameterized.TestCase):
       identified.attach_client_id(self.datasets[0], 0),
       identified.attach_client_id(self.datasets[1], _POPULATION),
     ]
-    with self.assertRaisesRegex(Exception, 'not below num_clients=6'):
+    with self.assertRaisesRegex(
+      Exception, r'outside the population \[0, num_clients=6\) given to FedCDA'
+    ):
       process.next(process.initialize(), data)
 
   @parameterized.named_parameters(*_STORES)

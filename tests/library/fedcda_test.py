@@ -476,7 +476,9 @@ class FedCdaTest(parameterized.TestCase):
         num_batches=1,
         memory_size=3,
       )
-    with self.assertRaisesRegex(ValueError, 'outside the population'):
+    with self.assertRaisesRegex(
+      ValueError, r'outside \[0, \d+\): clients are indexed by non-negative'
+    ):
       identified.with_client_ids([tf.data.Dataset.range(1)], [-1])
 
 

@@ -324,7 +324,7 @@ class SecureSumTest(absltest.TestCase):
       )
     assert_leaves_close(self, results[1], results[0], atol=1e-5)
 
-  def test_fedprox_and_fedglad_processes_with_secure_sums(self):
+  def test_proximal_processes_with_secure_sums(self):
     datasets = test_utils.tiny_client_datasets(3)
     builders = {
       'fedprox': lambda **kw: tff_aggregators.build_weighted_fed_prox(

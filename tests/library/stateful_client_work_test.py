@@ -295,7 +295,9 @@ class StatefulClientWorkTest(absltest.TestCase):
 
   def test_a_round_refuses_an_id_outside_the_population(self):
     data = tff_aggregators.with_client_ids(self.datasets[:1], [_POPULATION])
-    with self.assertRaisesRegex(Exception, r'outside \[0, num_clients=5\)'):
+    with self.assertRaisesRegex(
+      Exception, r'outside the population \[0, num_clients=5\) given to build_'
+    ):
       self.process.next(self.process.initialize(), data)
 
   def test_a_round_refuses_a_dataset_with_two_ids(self):

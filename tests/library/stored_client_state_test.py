@@ -420,7 +420,10 @@ class StoredClientStateTest(parameterized.TestCase):
   def test_refusals(self):
     process = _fedavg(_work(tff_aggregators.InMemoryClientStore()))
     with self.assertRaisesRegex(
-      ValueError, r'outside the population \[0, num_clients=5\) given to'
+      ValueError,
+      r'outside the population \[0, num_clients=5\) given to .*: give '
+      'tff_aggregators.with_client_ids ids in that range, or build with a '
+      'larger num_clients',
     ):
       process.next(
         process.initialize(),

@@ -101,7 +101,7 @@ def check_client_ids(
     if (
       not isinstance(client_id, (int, np.integer)) or not 0 <= client_id < limit
     ):
-      raise ValueError(_outside_message(client_id, limit, builder))
+      raise ValueError(outside_message(client_id, num_clients, builder))
     checked.append(int(client_id))
   duplicates = sorted({i for i in checked if checked.count(i) > 1})
   if duplicates:
@@ -112,12 +112,43 @@ def check_client_ids(
   return checked
 
 
-def _outside_message(client_id: Any, limit: int, builder: Optional[str]):
-  bound = f'num_clients={limit}) given to {builder}' if builder else f'{limit})'
+def outside_message(
+  client_id: Any = None,
+  num_clients: Optional[int] = None,
+  builder: Optional[str] = None,
+) -> str:
+  """One line for an id outside the population: the problem and its fix.
+
+  `client_id`: the id, or None inside a graph, where it is not known.
+  `num_clients`: the population (None: none given; the bound is then
+  `MAX_CLIENT_ID`). `builder`: who was given `num_clients`.
+  """
+  name = 'A client id' if client_id is None else f'Client id {client_id!r}'
+  if num_clients is None:
+    return (
+      f'{name} is outside [0, {MAX_CLIENT_ID}): clients are indexed by '
+      'non-negative integers below 2**24 (ids travel as float32); give '
+      'tff_aggregators.with_client_ids(datasets, ids) ids in that range.'
+    )
+  given = f' given to {builder}' if builder else ''
+  if client_id is not None and not (
+    isinstance(client_id, (int, np.integer)) and client_id >= 0
+  ):
+    fix = 'clients are indexed by non-negative integers.'
+  elif builder == 'with_client_ids':
+    fix = (
+      'pass ids in that range, or give with_client_ids a larger num_clients.'
+    )
+  elif builder:
+    fix = (
+      'give tff_aggregators.with_client_ids ids in that range, or build with '
+      'a larger num_clients.'
+    )
+  else:
+    fix = 'pass ids in that range.'
   return (
-    f'Client id {client_id!r} is outside the population [0, {bound}: pass '
-    'tff_aggregators.with_client_ids(datasets, ids) ids in that range, or '
-    'build with a larger num_clients.'
+    f'{name} is outside the population [0, num_clients={num_clients})'
+    f'{given}: {fix}'
   )
 
 

@@ -747,11 +747,7 @@ def _start_state(optimizer, specs, hparams, saved_states, num_clients):
   def start(client_id):
     if client_id is None:
       return fresh()
-    message = (
-      f'{BUILDER}: a client id is outside [0, num_clients={num_clients}): '
-      'give tff_aggregators.with_client_ids ids in that range, or build '
-      'the client work with a larger num_clients.'
-    )
+    message = identified.outside_message(None, num_clients, BUILDER)
     checks = [
       tf.debugging.assert_non_negative(client_id, message=message),
       tf.debugging.assert_less(client_id, num_clients, message=message),

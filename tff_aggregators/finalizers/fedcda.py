@@ -58,6 +58,7 @@ import tensorflow_federated as tff
 from tff_aggregators import options
 from tff_aggregators import value_types
 from tff_aggregators.aggregators import collect
+from tff_aggregators.client_works import identified
 from tff_aggregators.finalizers import on_collected
 from tff_aggregators.finalizers import server_step
 
@@ -220,15 +221,9 @@ def check_ids(ids, num_clients):
   hand-made one from corrupting the history (a repeated id would be cached
   twice and counted twice in `num_seen`).
   """
-  in_range = tf.debugging.assert_less(
-    ids,
-    num_clients,
-    message=f'FedCDA: a client id is not below num_clients={num_clients}; '
-    'ids index the population [0, num_clients)',
-  )
-  non_negative = tf.debugging.assert_greater_equal(
-    ids, -1, message='FedCDA: a client id is negative'
-  )
+  message = identified.outside_message(None, num_clients, 'FedCDA')
+  in_range = tf.debugging.assert_less(ids, num_clients, message=message)
+  non_negative = tf.debugging.assert_greater_equal(ids, -1, message=message)
   known = tf.sort(tf.boolean_mask(ids, ids >= 0))
   distinct = tf.debugging.assert_equal(
     tf.reduce_any(tf.equal(known[1:], known[:-1])),
