@@ -403,7 +403,10 @@ FEDLWS_PROTOCOL = Cell(
     "protocol with the authors' code's choices"
   ),
   rounds=200,
-  seeds=(10, 11, 12),
+  # Seed 10 only: seeds 11 and 12 were for a configuration whose gain moved
+  # from the FedLWS cell's at seed 10 by more than that cell's seed spread
+  # (0.41), and none did (notes/summary.md).
+  seeds=(10,),
   common=_FEDLWS_PROTOCOL,
   settings={'alpha0.1': dict(alpha=0.1)},
   methods={

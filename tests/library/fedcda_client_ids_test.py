@@ -77,7 +77,12 @@ class FedCdaClientIdsTest(parameterized.TestCase):
         'with_client_ids: pass ids in that range, or give with_client_ids a '
         'larger num_clients',
       ),
-      ([0, -1], r'outside the population \[0, num_clients=6\).*non-negative'),
+      ([0, -1], 'Client id -1 is negative: clients are indexed by non-neg'),
+      (
+        [0, 2.0],
+        r'Client id 2.0 is not an integer: clients are indexed by integers in '
+        r'the population \[0, num_clients=6\) given to with_client_ids',
+      ),
       (['a', 'b'], 'is a string.*IdentifiedDataSource'),
     ):
       with self.subTest(ids=ids):
@@ -140,14 +145,21 @@ class FedCdaClientIdsTest(parameterized.TestCase):
   @parameterized.named_parameters(*_STORES)
   def test_hand_made_id_outside_the_population_fails_the_round(self, store_fn):
     process = _process(store_fn)
-    data = [
-      identified.attach_client_id(self.datasets[0], 0),
-      identified.attach_client_id(self.datasets[1], _POPULATION),
-    ]
-    with self.assertRaisesRegex(
-      Exception, r'outside the population \[0, num_clients=6\) given to FedCDA'
+    for client_id, message in (
+      (
+        _POPULATION,
+        r'outside the population \[0, num_clients=6\) given to '
+        r'build_fedcda_process \(or build_fedcda_finalizer\): give '
+        'tff_aggregators.with_client_ids ids in that range, or build with',
+      ),
+      (-2, 'A client id is negative: clients are indexed by non-negative'),
     ):
-      process.next(process.initialize(), data)
+      data = [
+        identified.attach_client_id(self.datasets[0], 0),
+        identified.attach_client_id(self.datasets[1], client_id),
+      ]
+      with self.subTest(client_id), self.assertRaisesRegex(Exception, message):
+        process.next(process.initialize(), data)
 
   @parameterized.named_parameters(*_STORES)
   def test_valid_rounds_count_each_client_once(self, store_fn):

@@ -476,10 +476,12 @@ class FedCdaTest(parameterized.TestCase):
         num_batches=1,
         memory_size=3,
       )
-    with self.assertRaisesRegex(
-      ValueError, r'outside \[0, \d+\): clients are indexed by non-negative'
-    ):
+    with self.assertRaisesRegex(ValueError, 'Client id -1 is negative'):
       identified.with_client_ids([tf.data.Dataset.range(1)], [-1])
+    with self.assertRaisesRegex(
+      ValueError, r'outside \[0, 16777216\): ids travel as float32'
+    ):
+      identified.with_client_ids([tf.data.Dataset.range(1)], [2**24])
 
 
 if __name__ == '__main__':

@@ -294,11 +294,13 @@ class StatefulClientWorkTest(absltest.TestCase):
         )
 
   def test_a_round_refuses_an_id_outside_the_population(self):
-    data = tff_aggregators.with_client_ids(self.datasets[:1], [_POPULATION])
-    with self.assertRaisesRegex(
-      Exception, r'outside the population \[0, num_clients=5\) given to build_'
+    for client_id, message in (
+      (_POPULATION, r'outside the population \[0, num_clients=5\) given to'),
+      (-2, 'A client id is negative: clients are indexed by non-negative'),
     ):
-      self.process.next(self.process.initialize(), data)
+      data = [identified.attach_client_id(self.datasets[0], client_id)]
+      with self.subTest(client_id), self.assertRaisesRegex(Exception, message):
+        self.process.next(self.process.initialize(), data)
 
   def test_a_round_refuses_a_dataset_with_two_ids(self):
     # Unchecked, client 0's state would be read and client 1's row written.

@@ -117,24 +117,33 @@ def outside_message(
   num_clients: Optional[int] = None,
   builder: Optional[str] = None,
 ) -> str:
-  """One line for an id outside the population: the problem and its fix.
+  """One line for an id that is not an integer in [0, num_clients), and the fix.
 
-  `client_id`: the id, or None inside a graph, where it is not known.
-  `num_clients`: the population (None: none given; the bound is then
-  `MAX_CLIENT_ID`). `builder`: who was given `num_clients`.
+  Args:
+    client_id: The id; None inside a graph, where the id is not known and the
+      message is for an id at or above `num_clients` (`negative_message` is
+      for the other side).
+    num_clients: The population; None when none was given, the bound then
+      being `MAX_CLIENT_ID`.
+    builder: The builder (or function) given `num_clients`.
   """
   name = 'A client id' if client_id is None else f'Client id {client_id!r}'
   if num_clients is None:
-    return (
-      f'{name} is outside [0, {MAX_CLIENT_ID}): clients are indexed by '
-      'non-negative integers below 2**24 (ids travel as float32); give '
-      'tff_aggregators.with_client_ids(datasets, ids) ids in that range.'
+    bound = f'[0, {MAX_CLIENT_ID})'
+  else:
+    given = f' given to {builder}' if builder else ''
+    bound = f'the population [0, num_clients={num_clients}){given}'
+  if client_id is not None:
+    if not isinstance(client_id, (int, np.integer)):
+      return (
+        f'{name} is not an integer: clients are indexed by integers in {bound}.'
+      )
+    if client_id < 0:
+      return negative_message(client_id)
+  if num_clients is None:
+    fix = (
+      'ids travel as float32, exact only below 2**24; number clients 0, 1, ...'
     )
-  given = f' given to {builder}' if builder else ''
-  if client_id is not None and not (
-    isinstance(client_id, (int, np.integer)) and client_id >= 0
-  ):
-    fix = 'clients are indexed by non-negative integers.'
   elif builder == 'with_client_ids':
     fix = (
       'pass ids in that range, or give with_client_ids a larger num_clients.'
@@ -146,9 +155,15 @@ def outside_message(
     )
   else:
     fix = 'pass ids in that range.'
+  return f'{name} is outside {bound}: {fix}'
+
+
+def negative_message(client_id: Any = None) -> str:
+  """One line for a negative id (None: inside a graph, id not known)."""
+  name = 'A client id' if client_id is None else f'Client id {client_id!r}'
   return (
-    f'{name} is outside the population [0, num_clients={num_clients})'
-    f'{given}: {fix}'
+    f'{name} is negative: clients are indexed by non-negative integers; give '
+    'tff_aggregators.with_client_ids(datasets, ids) ids from 0 up.'
   )
 
 

@@ -747,10 +747,15 @@ def _start_state(optimizer, specs, hparams, saved_states, num_clients):
   def start(client_id):
     if client_id is None:
       return fresh()
-    message = identified.outside_message(None, num_clients, BUILDER)
     checks = [
-      tf.debugging.assert_non_negative(client_id, message=message),
-      tf.debugging.assert_less(client_id, num_clients, message=message),
+      tf.debugging.assert_non_negative(
+        client_id, message=identified.negative_message()
+      ),
+      tf.debugging.assert_less(
+        client_id,
+        num_clients,
+        message=identified.outside_message(None, num_clients, BUILDER),
+      ),
     ]
     with tf.control_dependencies(checks):
       client_id = tf.identity(client_id)

@@ -64,6 +64,8 @@ from tff_aggregators.finalizers import server_step
 
 DEFAULT_MAX_STATE_BYTES = 512 * 2**20
 _MAX_COMBINATIONS = 1 << 16
+# Who is given num_clients, for the in-graph id check's message.
+_BUILDERS = 'build_fedcda_process (or build_fedcda_finalizer)'
 
 # FedCdaOptions' fields with a fixed set of values, and their enums.
 _ENUM_FIELDS = (
@@ -221,9 +223,14 @@ def check_ids(ids, num_clients):
   hand-made one from corrupting the history (a repeated id would be cached
   twice and counted twice in `num_seen`).
   """
-  message = identified.outside_message(None, num_clients, 'FedCDA')
-  in_range = tf.debugging.assert_less(ids, num_clients, message=message)
-  non_negative = tf.debugging.assert_greater_equal(ids, -1, message=message)
+  in_range = tf.debugging.assert_less(
+    ids,
+    num_clients,
+    message=identified.outside_message(None, num_clients, _BUILDERS),
+  )
+  non_negative = tf.debugging.assert_greater_equal(
+    ids, -1, message=identified.negative_message()
+  )
   known = tf.sort(tf.boolean_mask(ids, ids >= 0))
   distinct = tf.debugging.assert_equal(
     tf.reduce_any(tf.equal(known[1:], known[:-1])),
