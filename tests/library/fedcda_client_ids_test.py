@@ -42,6 +42,11 @@ def _process(store_fn, **kwargs):
   )
 
 
+def _untagged(dataset):
+  """`dataset` as a new object: its id is in its elements only."""
+  return dataset.map(lambda element: element)
+
+
 def _seen(state):
   return int(
     np.asarray(
@@ -80,9 +85,10 @@ class FedCdaClientIdsTest(parameterized.TestCase):
       ([0, -1], 'Client id -1 is negative: clients are indexed by non-neg'),
       (
         [0, 2.0],
-        r'Client id 2.0 is not an integer: clients are indexed by integers in '
-        r'the population \[0, num_clients=6\) given to with_client_ids',
+        r'Client id 2.0 is not an integer: pass int client ids in the '
+        r'population \[0, num_clients=6\) given to with_client_ids',
       ),
+      ([0, True], 'Client id True is not an integer'),
       (['a', 'b'], 'is a string.*IdentifiedDataSource'),
     ):
       with self.subTest(ids=ids):
@@ -133,32 +139,51 @@ class FedCdaClientIdsTest(parameterized.TestCase):
 
   @parameterized.named_parameters(*_STORES)
   def test_hand_made_duplicate_fails_the_round(self, store_fn):
-    # with_client_ids refuses duplicates; datasets tagged one by one do not
-    # pass through it, so the round itself must refuse them.
+    # Datasets tagged one by one do not pass through with_client_ids: the
+    # round's Python check reads their tags; a dataset mapped after tagging
+    # has none, and the round itself must refuse it.
     process = _process(store_fn)
     state = process.initialize()
-    data = [identified.attach_client_id(self.datasets[i], i) for i in (0, 1)]
-    data.append(identified.attach_client_id(self.datasets[2], 1))
-    with self.assertRaisesRegex(Exception, 'appears twice in one round'):
-      process.next(state, data)
+    for tag, message in (
+      (lambda d: d, 'Client id 1 appears more than once in the cohort'),
+      (_untagged, 'appears twice in one round'),
+    ):
+      data = [identified.attach_client_id(self.datasets[i], i) for i in (0, 1)]
+      data.append(tag(identified.attach_client_id(self.datasets[2], 1)))
+      with self.subTest(message), self.assertRaisesRegex(Exception, message):
+        process.next(state, data)
 
   @parameterized.named_parameters(*_STORES)
   def test_hand_made_id_outside_the_population_fails_the_round(self, store_fn):
     process = _process(store_fn)
-    for client_id, message in (
+    for tag, client_id, message in (
       (
+        lambda d: d,
         _POPULATION,
-        r'outside the population \[0, num_clients=6\) given to '
-        r'build_fedcda_process \(or build_fedcda_finalizer\): give '
-        'tff_aggregators.with_client_ids ids in that range, or build with',
+        r'Client id 6 is outside the population \[0, num_clients=6\) given '
+        'to build_fedcda_process: give tff_aggregators.with_client_ids ids',
       ),
-      (-2, 'A client id is negative: clients are indexed by non-negative'),
+      (lambda d: d, -1, 'Client id -1 is negative: clients are indexed by'),
+      (
+        _untagged,
+        _POPULATION,
+        r'A client id is outside the population \[0, num_clients=6\) given '
+        r'to build_fedcda_process \(or build_fedcda_finalizer\): give',
+      ),
+      (
+        _untagged,
+        -2,
+        'A client id is negative: clients are indexed by non-neg',
+      ),
     ):
       data = [
         identified.attach_client_id(self.datasets[0], 0),
-        identified.attach_client_id(self.datasets[1], client_id),
+        tag(identified.attach_client_id(self.datasets[1], client_id)),
       ]
-      with self.subTest(client_id), self.assertRaisesRegex(Exception, message):
+      with (
+        self.subTest(message),
+        self.assertRaisesRegex(Exception, message),
+      ):
         process.next(process.initialize(), data)
 
   @parameterized.named_parameters(*_STORES)

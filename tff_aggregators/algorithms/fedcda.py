@@ -207,7 +207,9 @@ def build_fedcda_process(
     aggregator,
     finalizer,
     model_distributor,
-    round_check=functools.partial(check_round, max_clients=max_clients),
+    round_check=functools.partial(
+      check_round, num_clients=num_clients, max_clients=max_clients
+    ),
   )
 
 
@@ -252,8 +254,9 @@ def _check_two_stores(history_store, client_work, builder: str) -> None:
     )
 
 
-def check_round(client_data, *, max_clients: int) -> None:
+def check_round(client_data, *, num_clients: int, max_clients: int) -> None:
   """Raises before a FedCDA round whose client data it cannot take."""
   builder = 'build_fedcda_process'
   identified.check_identified_cohort(client_data, max_clients, builder)
   checks.check_cohort_size(client_data, max_clients, builder)
+  identified.check_tagged_ids(client_data, num_clients, builder)

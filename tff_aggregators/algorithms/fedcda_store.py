@@ -310,6 +310,7 @@ class FedCdaStoreProcess:
     builder = 'build_fedcda_process'
     identified.check_identified_cohort(client_data, self._max_clients, builder)
     checks.check_cohort_size(client_data, self._max_clients, builder)
+    identified.check_tagged_ids(client_data, self._num_clients, builder)
     if np.shape(state['stamps']) != (self._num_clients, self._num_slots):
       raise ValueError(
         f'The state has {np.shape(state["stamps"])} clients x slots, this '

@@ -98,9 +98,7 @@ def check_client_ids(
         'tff_aggregators.IdentifiedDataSource(client_data), or map each id '
         'to its position in client_data.client_ids.'
       )
-    if (
-      not isinstance(client_id, (int, np.integer)) or not 0 <= client_id < limit
-    ):
+    if not _is_int(client_id) or not 0 <= client_id < limit:
       raise ValueError(outside_message(client_id, num_clients, builder))
     checked.append(int(client_id))
   duplicates = sorted({i for i in checked if checked.count(i) > 1})
@@ -110,6 +108,24 @@ def check_client_ids(
       f"{checked}; sample each round's clients without replacement."
     )
   return checked
+
+
+def _is_int(client_id: Any) -> bool:
+  return isinstance(client_id, (int, np.integer)) and not isinstance(
+    client_id, (bool, np.bool_)
+  )
+
+
+def check_tagged_ids(
+  client_data: Sequence[Any], num_clients: int, builder: str
+) -> None:
+  """`check_client_ids` on the ids `attach_client_id` tagged (reads no data).
+
+  Catches datasets tagged one by one, which `with_client_ids` did not check;
+  datasets without a tag are checked inside the round.
+  """
+  tags = [tagged_client_id(dataset) for dataset in client_data]
+  check_client_ids([t for t in tags if t is not None], num_clients, builder)
 
 
 def outside_message(
@@ -134,10 +150,9 @@ def outside_message(
     given = f' given to {builder}' if builder else ''
     bound = f'the population [0, num_clients={num_clients}){given}'
   if client_id is not None:
-    if not isinstance(client_id, (int, np.integer)):
-      return (
-        f'{name} is not an integer: clients are indexed by integers in {bound}.'
-      )
+    if not _is_int(client_id):
+      where = '' if num_clients is None else f' in {bound}'
+      return f'{name} is not an integer: pass int client ids{where}.'
     if client_id < 0:
       return negative_message(client_id)
   if num_clients is None:
