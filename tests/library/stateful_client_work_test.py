@@ -265,8 +265,9 @@ class StatefulClientWorkTest(absltest.TestCase):
     optimizer = tff.learning.optimizers.build_sgdm(_LR, momentum=_MOMENTUM)
     with self.assertRaisesRegex(
       ValueError,
-      r'10,000,000 clients x 1 optimizer slots x 8 parameters '
-      r'= 330,000,000 bytes, above max_state_bytes=67,108,864.*'
+      r'10,000,000 clients x 1 optimizer slots x 8 parameters x 4 bytes, '
+      r'plus 1 byte a client = 330,000,000 bytes, above '
+      r'max_state_bytes=67,108,864.*'
       'client_store=tff_aggregators.InMemoryClientStore.. or '
       r'MemmapClientStore\(directory\)',
     ):

@@ -189,7 +189,8 @@ def check_state_bytes(
     raise ValueError(
       f'{BUILDER}: the client optimizer states take {size.num_clients:,} '
       f'clients x {size.slots:.3g} optimizer slots x {size.parameters:,} '
-      f'parameters = {size.total_bytes:,} bytes, above max_state_bytes='
+      'parameters x 4 bytes, plus 1 byte a client = '
+      f'{size.total_bytes:,} bytes, above max_state_bytes='
       f'{max_state_bytes:,}; in the TFF state they are broadcast to every '
       'client. Pass client_store=tff_aggregators.InMemoryClientStore() or '
       'MemmapClientStore(directory) (only the cohort enters the round), or '
