@@ -431,6 +431,17 @@ class StoredClientStateTest(parameterized.TestCase):
       )
     with self.assertRaisesRegex(ValueError, 'with_client_ids'):
       process.next(process.initialize(), self.datasets[:1])
+    # An id in the data only (no tag): the round's assertion, as one line.
+    in_state = _fedavg(_work())
+    with self.assertRaisesRegex(
+      ValueError,
+      r'^A client id is outside the population \[0, num_clients=5\) given to '
+      'build_stateful_client_work: give',
+    ):
+      in_state.next(
+        in_state.initialize(),
+        [identified.attach_client_id(self.datasets[0], 5).map(lambda e: e)],
+      )
     tagged_one_by_one = [
       identified.attach_client_id(self.datasets[0], 1),
       identified.attach_client_id(self.datasets[1], 1),

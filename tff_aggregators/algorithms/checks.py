@@ -13,12 +13,17 @@ argument and the fix, instead of failing in round 1 inside TFF's runtime:
 `with_round_check(process, check)` returns the same
 `tff.learning.templates.LearningProcess` whose `next` runs `check(client_data)`
 in Python first; everything else (types, `initialize`, `get_model_weights`,
-composition with `tff.learning.programs.train_model`) is unchanged.
+composition with `tff.learning.programs.train_model`) is unchanged. A round
+that one of this library's in-graph assertions stops (what no Python check
+can see, e.g. an id in data without a tag) raises `ValueError` with that
+assertion's one line, chained to the runtime's error, instead of a gRPC
+error whose `details` hold the line.
 """
 
 from collections.abc import Callable
 import functools
-from typing import Any
+import re
+from typing import Any, Optional
 
 import tensorflow_federated as tff
 
@@ -58,6 +63,36 @@ def cohort_limit(max_clients: int, builder: str) -> Callable[[Any], None]:
   )
 
 
+_ASSERTION = re.compile(r'assertion failed: \[(.*?)\]', re.DOTALL)
+# How this library's in-graph assertion messages begin.
+_LIBRARY_MESSAGES = (
+  'A client id ',
+  'FedCDA: ',
+  'CollectAllFactory(',
+  'build_stateful_client_work',
+)
+
+
+def failed_round_line(error: BaseException) -> Optional[str]:
+  """The line of this library's assertion that stopped a round, if one did."""
+  for match in _ASSERTION.finditer(str(error)):
+    line = match.group(1).strip()
+    if line.startswith(_LIBRARY_MESSAGES):
+      return line
+  return None
+
+
+def _run_round(next_fn: Callable[..., Any], *args, **kwargs) -> Any:
+  """`next_fn(...)`; a round stopped by our assertion raises its line."""
+  try:
+    return next_fn(*args, **kwargs)
+  except Exception as error:  # pylint: disable=broad-exception-caught
+    line = failed_round_line(error)
+    if line is None:
+      raise
+    raise ValueError(line) from error
+
+
 class _CheckedNext:
   """A computation's stand-in that checks the client data, then calls it."""
 
@@ -69,7 +104,7 @@ class _CheckedNext:
 
   def __call__(self, state, client_data, *args, **kwargs):
     self._check(client_data)
-    return self._computation(state, client_data, *args, **kwargs)
+    return _run_round(self._computation, state, client_data, *args, **kwargs)
 
   def __getattr__(self, name):  # type_signature, etc.
     return getattr(self._computation, name)
@@ -84,7 +119,7 @@ class _CheckedDriverProcess:
 
   def next(self, state, client_data):
     self._check(client_data)
-    return self._process.next(state, client_data)
+    return _run_round(self._process.next, state, client_data)
 
   def __getattr__(self, name):  # initialize, get_model_weights, ...
     return getattr(self._process, name)

@@ -330,8 +330,12 @@ class FedCdaStoreProcess:
         )
       )
     except tf.errors.InvalidArgumentError as e:
-      first = e.message.splitlines()[0] if e.message else str(e)
-      raise ValueError(f'{first} (the history is unchanged).') from None
+      line = checks.failed_round_line(e)
+      if line is None:
+        line = e.message.splitlines()[0] if e.message else str(e)
+      raise ValueError(
+        f'{line.rstrip(".")} (the history is unchanged).'
+      ) from None
 
   def _finish_round(
     self, state, outputs
