@@ -146,11 +146,14 @@ class FedCdaClientIdsTest(parameterized.TestCase):
     state = process.initialize()
     for tag, message in (
       (lambda d: d, 'Client id 1 appears more than once in the cohort'),
-      (_untagged, 'appears twice in one round'),
+      (
+        _untagged,
+        "^FedCDA: a client id appears twice in one round; sample each round's",
+      ),
     ):
       data = [identified.attach_client_id(self.datasets[i], i) for i in (0, 1)]
       data.append(tag(identified.attach_client_id(self.datasets[2], 1)))
-      with self.subTest(message), self.assertRaisesRegex(Exception, message):
+      with self.subTest(message), self.assertRaisesRegex(ValueError, message):
         process.next(state, data)
 
   @parameterized.named_parameters(*_STORES)
@@ -177,6 +180,7 @@ class FedCdaClientIdsTest(parameterized.TestCase):
         -2,
         '^A client id is negative: clients are indexed by non-',
       ),
+      (_untagged, -1, '^A client id is negative'),  # Not an empty dataset.
     ):
       data = [
         identified.attach_client_id(self.datasets[0], 0),
@@ -187,6 +191,13 @@ class FedCdaClientIdsTest(parameterized.TestCase):
         self.assertRaisesRegex(ValueError, message),
       ):
         process.next(process.initialize(), data)
+    with self.assertRaisesRegex(ValueError, 'Client id 2.7 is not an integer'):
+      identified.attach_client_id(self.datasets[0], 2.7)
+    two_ids = identified.attach_client_id(self.datasets[0], 0).concatenate(
+      identified.attach_client_id(self.datasets[1], 1)
+    )
+    with self.assertRaisesRegex(ValueError, '^A client id changes within'):
+      process.next(process.initialize(), [two_ids])
 
   @parameterized.named_parameters(*_STORES)
   def test_valid_rounds_count_each_client_once(self, store_fn):

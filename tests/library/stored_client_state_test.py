@@ -431,6 +431,12 @@ class StoredClientStateTest(parameterized.TestCase):
       )
     with self.assertRaisesRegex(ValueError, 'with_client_ids'):
       process.next(process.initialize(), self.datasets[:1])
+    # -1 is what an empty dataset reports; data must not carry it.
+    with self.assertRaisesRegex(ValueError, '^A client id is negative'):
+      process.next(
+        process.initialize(),
+        [identified.attach_client_id(self.datasets[0], -1)],
+      )
     # An id in the data only (no tag): the round's assertion, as one line.
     in_state = _fedavg(_work())
     with self.assertRaisesRegex(

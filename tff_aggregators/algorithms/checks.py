@@ -13,11 +13,12 @@ argument and the fix, instead of failing in round 1 inside TFF's runtime:
 `with_round_check(process, check)` returns the same
 `tff.learning.templates.LearningProcess` whose `next` runs `check(client_data)`
 in Python first; everything else (types, `initialize`, `get_model_weights`,
-composition with `tff.learning.programs.train_model`) is unchanged. A round
-that one of this library's in-graph assertions stops (what no Python check
-can see, e.g. an id in data without a tag) raises `ValueError` with that
-assertion's one line, chained to the runtime's error, instead of a gRPC
-error whose `details` hold the line.
+composition with `tff.learning.programs.train_model`) is unchanged. When
+`next` runs the round at once (a called computation, not the references
+`train_model`'s context returns), a round that one of this library's
+in-graph assertions stops (what no Python check can see, e.g. an id in data
+without a tag) raises `ValueError` with that assertion's one line, chained
+to the runtime's error, instead of a gRPC error whose `details` hold it.
 """
 
 from collections.abc import Callable
@@ -64,7 +65,8 @@ def cohort_limit(max_clients: int, builder: str) -> Callable[[Any], None]:
 
 
 _ASSERTION = re.compile(r'assertion failed: \[(.*?)\]', re.DOTALL)
-# How this library's in-graph assertion messages begin.
+# How this library's in-graph assertion messages begin. Their first string
+# holds the whole line and no ']' (the match ends at the first one).
 _LIBRARY_MESSAGES = (
   'A client id ',
   'FedCDA: ',
@@ -76,13 +78,14 @@ _LIBRARY_MESSAGES = (
 def failed_round_line(error: BaseException) -> Optional[str]:
   """The line of this library's assertion that stopped a round, if one did."""
   for match in _ASSERTION.finditer(str(error)):
-    line = match.group(1).strip()
+    # TF escapes the quotes of an assertion's strings.
+    line = match.group(1).replace("\\'", "'").replace('\\"', '"').strip()
     if line.startswith(_LIBRARY_MESSAGES):
       return line
   return None
 
 
-def _run_round(next_fn: Callable[..., Any], *args, **kwargs) -> Any:
+def run_round(next_fn: Callable[..., Any], *args, **kwargs) -> Any:
   """`next_fn(...)`; a round stopped by our assertion raises its line."""
   try:
     return next_fn(*args, **kwargs)
@@ -104,7 +107,7 @@ class _CheckedNext:
 
   def __call__(self, state, client_data, *args, **kwargs):
     self._check(client_data)
-    return _run_round(self._computation, state, client_data, *args, **kwargs)
+    return run_round(self._computation, state, client_data, *args, **kwargs)
 
   def __getattr__(self, name):  # type_signature, etc.
     return getattr(self._computation, name)
@@ -119,7 +122,7 @@ class _CheckedDriverProcess:
 
   def next(self, state, client_data):
     self._check(client_data)
-    return _run_round(self._process.next, state, client_data)
+    return run_round(self._process.next, state, client_data)
 
   def __getattr__(self, name):  # initialize, get_model_weights, ...
     return getattr(self._process, name)

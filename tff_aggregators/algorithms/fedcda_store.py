@@ -299,8 +299,12 @@ class FedCdaStoreProcess:
     self._check_round(state, client_data)
     self._store.check_all(state['stamps'])
     weights = state['global_model_weights']
-    collected = self._collect_round(
-      weights, state['client_work'], state['aggregator'], client_data
+    collected = checks.run_round(
+      self._collect_round,
+      weights,
+      state['client_work'],
+      state['aggregator'],
+      client_data,
     )
     return client_store.finish_round(
       collected, lambda outputs: self._finish_round(state, outputs)

@@ -160,7 +160,7 @@ class ClientStateStoreProcess:
     inner = _with_work_state(
       inner, self._cohort_table(state, ids, _work_state(inner))
     )
-    output = self._process.next(inner, client_data)
+    output = checks.run_round(self._process.next, inner, client_data)
     return client_store.finish_round(
       output, lambda output: self._finish_round(state, output)
     )

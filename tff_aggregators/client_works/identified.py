@@ -63,6 +63,8 @@ def attach_client_id(
   (`tagged_client_id` reads it), so a driver can learn a cohort's ids
   without reading the data.
   """
+  if not _is_int(client_id):
+    raise ValueError(outside_message(client_id))
   ids = tf.data.Dataset.from_tensors(np.int32(client_id)).repeat()
   tagged = tf.data.Dataset.zip((dataset, ids)).map(
     lambda element, i: collections.OrderedDict(
@@ -407,14 +409,18 @@ def one_client_id(carried_id: tf.Tensor, element_id: tf.Tensor) -> tf.Tensor:
       tf.equal(carried_id, NO_ID), tf.equal(carried_id, element_id)
     ),
     [
-      "a client's dataset carries more than one client id (first, then):",
+      'A client id changes within one dataset (more than one client id in '
+      'it): give each client its own dataset with '
+      'tff_aggregators.with_client_ids(datasets, ids). Ids (first, then):',
       carried_id,
       element_id,
-      'give each client its own dataset with tff_aggregators.'
-      'with_client_ids(datasets, ids).',
     ],
   )
-  with tf.control_dependencies([check]):
+  # -1 is what an empty dataset reports: an element must not carry it.
+  non_negative = tf.debugging.assert_non_negative(
+    element_id, message=negative_message()
+  )
+  with tf.control_dependencies([check, non_negative]):
     return tf.identity(element_id)
 
 
