@@ -208,7 +208,7 @@ def build_fedcda_process(
     finalizer,
     model_distributor,
     round_check=functools.partial(
-      check_round, num_clients=num_clients, max_clients=max_clients
+      fedcda_store.check_round, num_clients=num_clients, max_clients=max_clients
     ),
   )
 
@@ -252,11 +252,3 @@ def _check_two_stores(history_store, client_work, builder: str) -> None:
       f"{builder}: history_store and the client work's client_store hold "
       'different rows: pass two store objects (two directories on disk).'
     )
-
-
-def check_round(client_data, *, num_clients: int, max_clients: int) -> None:
-  """Raises before a FedCDA round whose client data it cannot take."""
-  builder = 'build_fedcda_process'
-  identified.check_identified_cohort(client_data, max_clients, builder)
-  checks.check_cohort_size(client_data, max_clients, builder)
-  identified.check_tagged_ids(client_data, num_clients, builder)

@@ -87,6 +87,17 @@ class MemmapHistoryStore(client_store.MemmapClientStore):
   what = _WHAT
 
 
+def check_round(client_data, *, num_clients: int, max_clients: int) -> None:
+  """Raises before a FedCDA round whose client data it cannot take.
+
+  Either history: the in-state process's round check and this process's.
+  """
+  builder = 'build_fedcda_process'
+  identified.check_identified_cohort(client_data, max_clients, builder)
+  checks.check_cohort_size(client_data, max_clients, builder)
+  identified.check_tagged_ids(client_data, num_clients, builder)
+
+
 class FedCdaStoreProcess:
   """FedCDA with the history in a `HistoryStore`; see the module docstring.
 
@@ -311,10 +322,9 @@ class FedCdaStoreProcess:
     )
 
   def _check_round(self, state, client_data) -> None:
-    builder = 'build_fedcda_process'
-    identified.check_identified_cohort(client_data, self._max_clients, builder)
-    checks.check_cohort_size(client_data, self._max_clients, builder)
-    identified.check_tagged_ids(client_data, self._num_clients, builder)
+    check_round(
+      client_data, num_clients=self._num_clients, max_clients=self._max_clients
+    )
     if np.shape(state['stamps']) != (self._num_clients, self._num_slots):
       raise ValueError(
         f'The state has {np.shape(state["stamps"])} clients x slots, this '
